@@ -1,0 +1,104 @@
+"""The ``pgoutput-fast`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .lsn import format_lsn
+
+__all__ = ["main"]
+
+
+def _describe(msg) -> str:
+    """One readable line per message, like pg_waldump."""
+    from .messages import Insert, Update, Delete, Relation, LogicalMessage, UNCHANGED_TOAST
+
+    def tup(t):
+        if t is None:
+            return "-"
+        out = []
+        for v in t:
+            if v is None:
+                out.append("null")
+            elif v is UNCHANGED_TOAST:
+                out.append("<unchanged-toast>")
+            elif v.format == "t":
+                s = v.data.decode("utf-8", "backslashreplace")
+                out.append(repr(s if len(s) <= 40 else s[:37] + "..."))
+            else:
+                out.append(f"b'{v.data[:16].hex()}{'...' if len(v.data) > 16 else ''}'")
+        return "(" + ", ".join(out) + ")"
+
+    name = type(msg).__name__
+    if isinstance(msg, Insert):
+        body = f"relid {msg.relid} new {tup(msg.new)}"
+    elif isinstance(msg, Update):
+        old = f" old[{msg.old_kind}] {tup(msg.old)}" if msg.old_kind else ""
+        body = f"relid {msg.relid}{old} new {tup(msg.new)}"
+    elif isinstance(msg, Delete):
+        body = f"relid {msg.relid} old[{msg.old_kind}] {tup(msg.old)}"
+    elif isinstance(msg, Relation):
+        cols = ", ".join(
+            f"{c.name}:{c.type_oid}{'*' if c.is_key else ''}" for c in msg.columns
+        )
+        body = f"relid {msg.relid} {msg.nspname or 'pg_catalog'}.{msg.relname} ident {msg.replident} ({cols})"
+    elif isinstance(msg, LogicalMessage):
+        kind = "transactional" if msg.transactional else "non-transactional"
+        body = f"{kind} lsn {format_lsn(msg.lsn)} prefix {msg.prefix!r} {len(msg.content)} bytes"
+    else:
+        return repr(msg)
+    if getattr(msg, "xid", None) is not None:
+        body += f" xid {msg.xid}"
+    return f"{name}({body})"
+
+
+def cmd_inspect(args) -> int:
+    from . import decode_message, DecodeError
+    from .framing import read_capture
+    from .messages import StreamStart, StreamStop
+
+    lsns, msgs = read_capture(args.file)
+    in_stream = False
+    out = sys.stdout
+    shown = 0
+    for i, (lsn, data) in enumerate(zip(lsns, msgs)):
+        if args.limit is not None and shown >= args.limit:
+            break
+        try:
+            msg = decode_message(data, in_stream=in_stream)
+        except DecodeError as exc:
+            out.write(f"#{i:<7} lsn {format_lsn(lsn):>12} len {len(data):>6}  ERROR {exc}\n")
+            if not args.keep_going:
+                return 1
+            continue
+        if isinstance(msg, StreamStart):
+            in_stream = True
+        elif isinstance(msg, StreamStop):
+            in_stream = False
+        out.write(f"#{i:<7} lsn {format_lsn(lsn):>12} len {len(data):>6}  {_describe(msg)}\n")
+        shown += 1
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pgoutput-fast", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    pi = sub.add_parser("inspect", help="print a capture file, one line per message")
+    pi.add_argument("file", help="framed capture (.pgoc) or Parquet file with a binary 'data' column")
+    pi.add_argument("--limit", type=int, default=None, help="print at most N messages")
+    pi.add_argument("--keep-going", action="store_true", help="continue after a decode error")
+    pi.set_defaults(func=cmd_inspect)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

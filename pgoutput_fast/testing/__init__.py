@@ -1,0 +1,1 @@
+"""Test helpers: a private PostgreSQL server, workloads, and SQL-interface capture."""

@@ -1,0 +1,52 @@
+"""Build of the native extension ``pgoutput_fast._native`` from ``src/``.
+
+Environment switches:
+  PGOUTPUT_FAST_DEBUG=1     -O0 -g, Cython line tracing off, annotate HTML
+  PGOUTPUT_FAST_SANITIZE=1  AddressSanitizer + UndefinedBehaviorSanitizer build
+"""
+
+import os
+import sys
+
+from setuptools import Extension, setup
+from Cython.Build import cythonize
+
+debug = os.environ.get("PGOUTPUT_FAST_DEBUG") == "1"
+sanitize = os.environ.get("PGOUTPUT_FAST_SANITIZE") == "1"
+
+if sys.platform == "win32":
+    compile_args = ["/O2"]
+    link_args = []
+else:
+    compile_args = ["-O0", "-g"] if debug or sanitize else ["-O3"]
+    compile_args += ["-Wall", "-Wno-unused-function", "-Wno-unreachable-code", "-std=c99"]
+    link_args = []
+    if sanitize:
+        flags = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
+        compile_args += flags
+        link_args += flags
+
+ext = Extension(
+    "pgoutput_fast._native",
+    sources=["src/_native.pyx"],
+    include_dirs=["src"],
+    extra_compile_args=compile_args,
+    extra_link_args=link_args,
+    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+)
+
+setup(
+    ext_modules=cythonize(
+        [ext],
+        compiler_directives={
+            "language_level": 3,
+            "boundscheck": False,
+            "wraparound": False,
+            "cdivision": True,
+            "embedsignature": True,
+            "freethreading_compatible": False,
+        },
+        annotate=debug,
+        include_path=["src"],
+    ),
+)

@@ -1,0 +1,288 @@
+# Column builders: C memory that grows by doubling, exported zero-copy to Arrow.
+#
+# A Column holds one Arrow array under construction:
+#   data      fixed-width values, bit-packed bools, or var-len bytes
+#   offsets   int32 end offsets (var-len: into data; list: into child rows); offsets[0] = 0
+#   validity  bit per row, 1 = valid
+#   toast     bit per row, 1 = the value was sent as 'u' (unchanged TOAST), row is null
+# Value parsers append the *data* of one valid value; the scanner then ends the row with
+# col_end_row(), which writes offsets/validity/toast (and zeros for a fixed-width null).
+
+from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memset
+
+cdef enum ColLayout:
+    LAYOUT_FIXED = 0      # fixed_width bytes per value
+    LAYOUT_BOOL = 1       # 1 bit per value in data
+    LAYOUT_VARLEN = 2     # int32 offsets into data
+    LAYOUT_LIST = 3       # int32 offsets into child rows
+
+
+cdef struct Buf:
+    unsigned char *data
+    Py_ssize_t len
+    Py_ssize_t cap
+
+
+cdef struct Column:
+    int kind              # value kind (see kinds.pxi), selects the parsers
+    int layout            # ColLayout
+    int fixed_width       # bytes per value for LAYOUT_FIXED
+    int precision         # decimal128
+    int scale
+    Buf data
+    Buf offsets
+    Buf validity
+    Buf toast
+    Py_ssize_t length
+    bint any_toast
+    bint any_binary       # a 'b' value was stored (for adaptive UNKNOWN columns)
+    Column *child         # element column of LAYOUT_LIST
+
+
+cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
+    """Make room for `extra` more bytes; new memory is zeroed. 0 ok, -1 out of memory."""
+    cdef Py_ssize_t need = b.len + extra
+    cdef Py_ssize_t cap
+    cdef unsigned char *p
+    if need <= b.cap:
+        return 0
+    cap = b.cap * 2 if b.cap >= 64 else 64
+    while cap < need:
+        cap *= 2
+    p = <unsigned char *>realloc(b.data, <size_t>cap)
+    if p == NULL:
+        return -1
+    memset(p + b.cap, 0, <size_t>(cap - b.cap))
+    b.data = p
+    b.cap = cap
+    return 0
+
+
+cdef inline int buf_append(Buf *b, const void *src, Py_ssize_t n) noexcept nogil:
+    if b.cap - b.len < n and buf_reserve(b, n) < 0:
+        return -1
+    memcpy(b.data + b.len, src, <size_t>n)
+    b.len += n
+    return 0
+
+
+cdef inline void buf_free(Buf *b) noexcept nogil:
+    free(b.data)
+    b.data = NULL
+    b.len = 0
+    b.cap = 0
+
+
+cdef inline int bit_set(Buf *b, Py_ssize_t i, bint value) noexcept nogil:
+    cdef Py_ssize_t byte = i >> 3
+    if byte >= b.cap and buf_reserve(b, byte + 1 - b.len) < 0:
+        return -1
+    if byte >= b.len:
+        b.len = byte + 1
+    if value:
+        b.data[byte] |= <unsigned char>(1 << (i & 7))
+    else:
+        b.data[byte] &= <unsigned char>~(1 << (i & 7))
+    return 0
+
+
+cdef inline bint bit_get(const Buf *b, Py_ssize_t i) noexcept nogil:
+    return (b.data[i >> 3] >> (i & 7)) & 1
+
+
+cdef Column *col_new(int kind, int layout, int fixed_width) noexcept nogil:
+    cdef Column *c = <Column *>malloc(sizeof(Column))
+    if c == NULL:
+        return NULL
+    memset(c, 0, sizeof(Column))
+    c.kind = kind
+    c.layout = layout
+    c.fixed_width = fixed_width
+    return c
+
+
+cdef void col_free(Column *c) noexcept nogil:
+    if c == NULL:
+        return
+    buf_free(&c.data)
+    buf_free(&c.offsets)
+    buf_free(&c.validity)
+    buf_free(&c.toast)
+    col_free(c.child)
+    free(c)
+
+
+# -- what parsers call -------------------------------------------------------------
+
+cdef inline int col_push_fixed(Column *c, const void *value) noexcept nogil:
+    return buf_append(&c.data, value, c.fixed_width)
+
+
+cdef inline int col_push_bytes(Column *c, const void *p, Py_ssize_t n) noexcept nogil:
+    return buf_append(&c.data, p, n)
+
+
+cdef inline int col_push_bool(Column *c, bint value) noexcept nogil:
+    return bit_set(&c.data, c.length, value)
+
+
+# -- what the scanner calls --------------------------------------------------------
+
+cdef inline int col_end_row(Column *c, bint valid, bint toast) noexcept nogil:
+    """Finish row `c.length`: offsets, zero value for a fixed-width null, bitmaps."""
+    cdef int32_t end
+    cdef Py_ssize_t i = c.length
+    if c.layout == LAYOUT_VARLEN or c.layout == LAYOUT_LIST:
+        if c.offsets.len == 0:
+            if buf_reserve(&c.offsets, 8) < 0:
+                return -1
+            c.offsets.len = 4          # offsets[0] = 0 (zeroed memory)
+        if c.layout == LAYOUT_VARLEN:
+            if c.data.len > 0x7FFFFFFF:
+                return -2              # int32 offsets overflow: caller flushes earlier
+            end = <int32_t>c.data.len
+        else:
+            end = <int32_t>c.child.length
+        if buf_append(&c.offsets, &end, 4) < 0:
+            return -1
+    elif not valid:
+        if c.layout == LAYOUT_FIXED:
+            if buf_reserve(&c.data, c.fixed_width) < 0:
+                return -1
+            memset(c.data.data + c.data.len, 0, <size_t>c.fixed_width)
+            c.data.len += c.fixed_width
+        else:
+            if bit_set(&c.data, i, 0) < 0:
+                return -1
+    if bit_set(&c.validity, i, valid) < 0:
+        return -1
+    if toast or c.any_toast:
+        if bit_set(&c.toast, i, toast) < 0:
+            return -1
+        c.any_toast = c.any_toast or toast
+    c.length = i + 1
+    return 0
+
+
+cdef void col_truncate(Column *c, Py_ssize_t n) noexcept nogil:
+    """Drop rows >= n (used to roll back a failed or uncommitted tail)."""
+    cdef int32_t end
+    if n >= c.length:
+        return
+    if c.layout == LAYOUT_FIXED:
+        c.data.len = n * c.fixed_width
+    elif c.layout == LAYOUT_BOOL:
+        c.data.len = (n + 7) >> 3
+    else:
+        memcpy(&end, c.offsets.data + 4 * n, 4)
+        c.offsets.len = 4 * (n + 1)
+        if c.layout == LAYOUT_VARLEN:
+            c.data.len = end
+        else:
+            col_truncate(c.child, end)
+    c.validity.len = (n + 7) >> 3
+    if c.toast.len > c.validity.len:
+        c.toast.len = c.validity.len
+    c.length = n
+
+
+# -- export ------------------------------------------------------------------------
+
+cdef class NativeBuffer:
+    """Owns malloc'd memory and exposes it through the buffer protocol (for pa.py_buffer)."""
+    cdef unsigned char *ptr
+    cdef Py_ssize_t size
+    cdef Py_ssize_t shape[1]
+
+    def __dealloc__(self):
+        free(self.ptr)
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        view.buf = <void *>self.ptr
+        view.obj = self
+        view.len = self.size
+        view.readonly = 1
+        view.itemsize = 1
+        view.format = NULL
+        view.ndim = 1
+        self.shape[0] = self.size
+        view.shape = self.shape
+        view.strides = NULL
+        view.suboffsets = NULL
+        view.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer *view):
+        pass
+
+
+cdef object _take_buf(Buf *b, Py_ssize_t exact):
+    """Hand a Buf's memory to Arrow (zero copy) and leave the Buf empty."""
+    cdef NativeBuffer nb = NativeBuffer.__new__(NativeBuffer)
+    cdef unsigned char *p
+    if exact > b.len:            # bitmaps may be shorter than needed when all bits are 0
+        if buf_reserve(b, exact - b.len) < 0:
+            raise MemoryError()
+        b.len = exact
+    if b.data == NULL:
+        b.data = <unsigned char *>malloc(1)
+        if b.data == NULL:
+            raise MemoryError()
+        b.data[0] = 0
+    elif b.cap > exact + 4096 and exact > 0:
+        p = <unsigned char *>realloc(b.data, <size_t>exact)
+        if p != NULL:
+            b.data = p
+    nb.ptr = b.data
+    nb.size = exact
+    b.data = NULL
+    b.len = 0
+    b.cap = 0
+    return pa.py_buffer(nb)
+
+
+cdef Py_ssize_t _popcount_zero_bits(const Buf *b, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i, zeros = 0
+    for i in range(n):
+        if not ((b.data[i >> 3] >> (i & 7)) & 1):
+            zeros += 1
+    return zeros
+
+
+cdef object col_export(Column *c, object arrow_type):
+    """Arrow array of the column's rows (the column is left empty for reuse)."""
+    cdef Py_ssize_t n = c.length
+    cdef Py_ssize_t nbitmap = (n + 7) >> 3
+    cdef Py_ssize_t nulls = _popcount_zero_bits(&c.validity, n) if n else 0
+    validity = _take_buf(&c.validity, nbitmap) if nulls else None
+    if not nulls:
+        buf_free(&c.validity)
+    if c.layout == LAYOUT_FIXED:
+        arr = pa.Array.from_buffers(arrow_type, n, [validity, _take_buf(&c.data, n * c.fixed_width)], nulls)
+    elif c.layout == LAYOUT_BOOL:
+        arr = pa.Array.from_buffers(arrow_type, n, [validity, _take_buf(&c.data, nbitmap)], nulls)
+    elif c.layout == LAYOUT_VARLEN:
+        if n == 0:
+            buf_reserve(&c.offsets, 4)
+        offsets = _take_buf(&c.offsets, 4 * (n + 1))
+        arr = pa.Array.from_buffers(arrow_type, n, [validity, offsets, _take_buf(&c.data, c.data.len)], nulls)
+    else:
+        if n == 0:
+            buf_reserve(&c.offsets, 4)
+        offsets = _take_buf(&c.offsets, 4 * (n + 1))
+        child = col_export(c.child, arrow_type.value_type)
+        arr = pa.Array.from_buffers(arrow_type, n, [validity, offsets], nulls, children=[child])
+    c.length = 0
+    c.any_toast = False
+    c.any_binary = False
+    buf_free(&c.toast)
+    buf_free(&c.data)
+    return arr
+
+
+cdef object col_export_toast_mask(Column *c):
+    """bool mask of rows sent as 'u', or None when there were none (call before col_export)."""
+    cdef Py_ssize_t n = c.length
+    if not c.any_toast:
+        return None
+    return pa.Array.from_buffers(pa.bool_(), n, [None, _take_buf(&c.toast, (n + 7) >> 3)], 0)

@@ -1,0 +1,127 @@
+# Cursor over a message: bounds-checked big-endian readers.
+#
+# Every reader is `noexcept nogil` and returns 0, or -1 after recording the failure in
+# the cursor (offset + static reason); the caller raises DecodeError with the GIL held.
+# This keeps the same readers usable on the nogil scanning path.
+
+from libc.stdint cimport uint8_t, int16_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t
+from libc.string cimport memchr, memcpy, memcmp
+
+cdef extern from "endian.h" nogil:
+    uint16_t pgo_be16(const unsigned char *p)
+    uint32_t pgo_be32(const unsigned char *p)
+    uint64_t pgo_be64(const unsigned char *p)
+    int16_t pgo_be16s(const unsigned char *p)
+    int32_t pgo_be32s(const unsigned char *p)
+    int64_t pgo_be64s(const unsigned char *p)
+    double pgo_be_float8(const unsigned char *p)
+    float pgo_be_float4(const unsigned char *p)
+
+
+cdef struct Cursor:
+    const unsigned char *buf
+    Py_ssize_t len
+    Py_ssize_t pos
+    # failure record
+    Py_ssize_t err_offset
+    const char *err_reason
+    Py_ssize_t err_need      # bytes a truncated read needed, or -1
+
+
+cdef inline void cur_init(Cursor *c, const unsigned char *buf, Py_ssize_t n) noexcept nogil:
+    c.buf = buf
+    c.len = n
+    c.pos = 0
+    c.err_offset = 0
+    c.err_reason = NULL
+    c.err_need = -1
+
+
+cdef inline int cur_fail(Cursor *c, Py_ssize_t offset, const char *reason) noexcept nogil:
+    c.err_offset = offset
+    c.err_reason = reason
+    c.err_need = -1
+    return -1
+
+
+cdef inline int cur_need(Cursor *c, Py_ssize_t n) noexcept nogil:
+    if c.len - c.pos < n:
+        c.err_offset = c.pos
+        c.err_reason = b"truncated message"
+        c.err_need = n
+        return -1
+    return 0
+
+
+cdef inline int rd_u8(Cursor *c, uint8_t *out) noexcept nogil:
+    if c.pos >= c.len:
+        return cur_need(c, 1)
+    out[0] = c.buf[c.pos]
+    c.pos += 1
+    return 0
+
+
+cdef inline int rd_i16(Cursor *c, int16_t *out) noexcept nogil:
+    if cur_need(c, 2) < 0:
+        return -1
+    out[0] = pgo_be16s(c.buf + c.pos)
+    c.pos += 2
+    return 0
+
+
+cdef inline int rd_u32(Cursor *c, uint32_t *out) noexcept nogil:
+    if cur_need(c, 4) < 0:
+        return -1
+    out[0] = pgo_be32(c.buf + c.pos)
+    c.pos += 4
+    return 0
+
+
+cdef inline int rd_i32(Cursor *c, int32_t *out) noexcept nogil:
+    if cur_need(c, 4) < 0:
+        return -1
+    out[0] = pgo_be32s(c.buf + c.pos)
+    c.pos += 4
+    return 0
+
+
+cdef inline int rd_u64(Cursor *c, uint64_t *out) noexcept nogil:
+    if cur_need(c, 8) < 0:
+        return -1
+    out[0] = pgo_be64(c.buf + c.pos)
+    c.pos += 8
+    return 0
+
+
+cdef inline int rd_i64(Cursor *c, int64_t *out) noexcept nogil:
+    if cur_need(c, 8) < 0:
+        return -1
+    out[0] = pgo_be64s(c.buf + c.pos)
+    c.pos += 8
+    return 0
+
+
+cdef inline int rd_cstring(Cursor *c, const char **out, Py_ssize_t *n) noexcept nogil:
+    """A NUL-terminated String: `out` points at its first byte, `n` excludes the NUL."""
+    cdef const unsigned char *start = c.buf + c.pos
+    cdef const unsigned char *nul = <const unsigned char *>memchr(start, 0, <size_t>(c.len - c.pos))
+    if nul == NULL:
+        return cur_fail(c, c.pos, b"unterminated string (no NUL before the end)")
+    out[0] = <const char *>start
+    n[0] = nul - start
+    c.pos += n[0] + 1
+    return 0
+
+
+cdef inline int rd_bytes(Cursor *c, Py_ssize_t n, const unsigned char **out) noexcept nogil:
+    if cur_need(c, n) < 0:
+        return -1
+    out[0] = c.buf + c.pos
+    c.pos += n
+    return 0
+
+
+cdef inline int cur_expect_end(Cursor *c) noexcept nogil:
+    if c.pos != c.len:
+        return cur_fail(c, c.pos, b"trailing bytes after the end of the message")
+    return 0

@@ -1,0 +1,1384 @@
+# The stateful columnar decoder core.
+#
+# DecoderCore.feed() walks a batch of pgoutput messages in C and appends every change
+# of a *committed* transaction straight into typed column builders (one RelBuilders per
+# relation version) and, optionally, into the generic change-event table. No Python
+# object is created per row or per value on this path.
+#
+# Transaction handling (PROTOCOL.md §3, DESIGN.md):
+#   B..C          rows are written directly; a commit advances each touched builder's
+#                 watermark. A transaction still open at the end of a batch is rolled
+#                 back to the watermark and its raw messages are carried into the next
+#                 feed() (Relation/Type repeats are idempotent).
+#   S..E / c / A  streamed changes are spooled as raw messages (with the relation
+#                 version each refers to) per top-level xid; a subtransaction abort
+#                 truncates the spool at the position where that subxid first
+#                 appeared; Stream Commit replays the spool with its commit metadata.
+#   b..P / p, K/r prepared work is spooled per GID, replayed at Commit Prepared,
+#                 dropped at Rollback Prepared.
+# Spools larger than max_pending_bytes spill to a temporary file.
+
+import os as _os
+import tempfile as _tempfile
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_Check
+
+cdef extern from *:
+    """
+    #define PGO_UNIX_EPOCH_US 946684800000000LL
+    """
+    int64_t PGO_UNIX_EPOCH_US
+
+cdef enum TxnState:
+    ST_NONE = 0
+    ST_TXN = 1          # inside B..C
+    ST_PREPARE = 2      # inside b..P
+    ST_STREAM = 3       # inside S..E
+
+cdef enum RecKind:
+    REC_DML = 0         # I/U/D with a RelBuilders id
+    REC_TRUNCATE = 1
+    REC_MESSAGE = 2
+
+# record header in a spool: kind u8, in_stream u8, rb_id i32, lsn u64, len u32
+DEF REC_HEAD = 18
+
+
+cdef struct MsgRef:
+    const unsigned char *p
+    Py_ssize_t n
+    uint64_t lsn
+
+
+cdef struct Ctx:
+    # per-row metadata of the transaction whose changes are being written
+    int64_t commit_lsn
+    int64_t commit_ts       # Unix-epoch µs
+    int64_t xid
+    int64_t seq
+    int32_t origin          # index into DecoderCore.origins, -1 = none
+
+
+cdef struct Meta:
+    Buf lsn            # int64, 0 = unknown (exported as null)
+    Buf commit_lsn     # int64
+    Buf commit_ts      # int64 µs since Unix epoch
+    Buf xid            # int64
+    Buf seq            # int64
+    Buf op             # 1 byte per row: c u d t
+    Buf origin         # int32 index into origins, -1 = null
+    Py_ssize_t rows
+
+
+cdef inline int meta_append(Meta *m, uint64_t lsn, Ctx *ctx, char op) noexcept nogil:
+    cdef int64_t v = <int64_t>lsn
+    cdef unsigned char o = <unsigned char>op
+    if (buf_append(&m.lsn, &v, 8) < 0 or buf_append(&m.commit_lsn, &ctx.commit_lsn, 8) < 0
+            or buf_append(&m.commit_ts, &ctx.commit_ts, 8) < 0
+            or buf_append(&m.xid, &ctx.xid, 8) < 0 or buf_append(&m.seq, &ctx.seq, 8) < 0
+            or buf_append(&m.op, &o, 1) < 0 or buf_append(&m.origin, &ctx.origin, 4) < 0):
+        return -1
+    m.rows += 1
+    return 0
+
+
+cdef void meta_truncate(Meta *m, Py_ssize_t n) noexcept nogil:
+    if n >= m.rows:
+        return
+    m.lsn.len = 8 * n
+    m.commit_lsn.len = 8 * n
+    m.commit_ts.len = 8 * n
+    m.xid.len = 8 * n
+    m.seq.len = 8 * n
+    m.op.len = n
+    m.origin.len = 4 * n
+    m.rows = n
+
+
+cdef void meta_free(Meta *m) noexcept nogil:
+    buf_free(&m.lsn); buf_free(&m.commit_lsn); buf_free(&m.commit_ts)
+    buf_free(&m.xid); buf_free(&m.seq); buf_free(&m.op); buf_free(&m.origin)
+    m.rows = 0
+
+
+cdef object _np_from_buf(Buf *b, object dtype, Py_ssize_t count):
+    return np.frombuffer(_take_buf(b, count * np.dtype(dtype).itemsize), dtype=dtype)
+
+
+cdef dict meta_export(Meta *m, object origins, str prefix):
+    """Arrow arrays of the metadata columns (the Meta is left empty)."""
+    cdef Py_ssize_t n = m.rows
+    lsn = _np_from_buf(&m.lsn, np.int64, n)
+    out = {}
+    out[prefix + "op"] = pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(np.arange(n + 1, dtype=np.int32)), _take_buf(&m.op, n)])
+    out[prefix + "lsn"] = pa.array(lsn, pa.int64(), mask=(lsn == 0))
+    out[prefix + "commit_lsn"] = pa.array(_np_from_buf(&m.commit_lsn, np.int64, n), pa.int64())
+    out[prefix + "commit_ts"] = pa.array(_np_from_buf(&m.commit_ts, np.int64, n)).view(pa.timestamp("us", tz="UTC"))
+    out[prefix + "xid"] = pa.array(_np_from_buf(&m.xid, np.int64, n), pa.int64())
+    out[prefix + "seq"] = pa.array(_np_from_buf(&m.seq, np.int64, n), pa.int64())
+    origin = _np_from_buf(&m.origin, np.int32, n)
+    if n and origin.max() >= 0:
+        out[prefix + "origin"] = pa.array(origins, pa.string()).take(pa.array(origin, mask=(origin < 0)))
+    else:
+        out[prefix + "origin"] = pa.nulls(n, pa.string())
+    m.rows = 0
+    return out
+
+
+# -- the change-event table's map<string,string> images --------------------------
+
+cdef struct MapB:
+    Buf offsets        # int32 entry end offsets per row (offsets[0] = 0 written lazily)
+    Buf valid          # bit per row
+    Buf key_ids        # int32 global column-name id per entry
+    Column *values     # string per entry (null = SQL NULL)
+    Py_ssize_t rows
+
+
+cdef inline int map_begin(MapB *mb) noexcept nogil:
+    cdef int32_t zero = 0
+    if mb.offsets.len == 0:
+        if buf_append(&mb.offsets, &zero, 4) < 0:
+            return -1
+    if mb.values == NULL:
+        mb.values = col_new(K_TEXT, LAYOUT_VARLEN, 0)
+        if mb.values == NULL:
+            return -1
+    return 0
+
+
+cdef inline int map_end_row(MapB *mb, bint valid) noexcept nogil:
+    cdef int32_t end = <int32_t>(mb.key_ids.len >> 2)
+    if mb.offsets.len == 0 and map_begin(mb) < 0:
+        return -1
+    if buf_append(&mb.offsets, &end, 4) < 0 or bit_set(&mb.valid, mb.rows, valid) < 0:
+        return -1
+    mb.rows += 1
+    return 0
+
+
+cdef void map_truncate(MapB *mb, Py_ssize_t rows) noexcept nogil:
+    cdef int32_t end
+    if rows >= mb.rows:
+        return
+    memcpy(&end, mb.offsets.data + 4 * rows, 4)
+    mb.offsets.len = 4 * (rows + 1)
+    mb.key_ids.len = 4 * end
+    col_truncate(mb.values, end)
+    mb.valid.len = (rows + 7) >> 3
+    mb.rows = rows
+
+
+cdef void map_free(MapB *mb) noexcept nogil:
+    buf_free(&mb.offsets); buf_free(&mb.valid); buf_free(&mb.key_ids)
+    col_free(mb.values)
+    mb.values = NULL
+    mb.rows = 0
+
+
+cdef object MAP_TYPE = pa.map_(pa.string(), pa.string())
+
+
+cdef object map_export(MapB *mb, object names):
+    cdef Py_ssize_t n = mb.rows
+    cdef Py_ssize_t nentries = mb.key_ids.len >> 2
+    if map_begin(mb) < 0:
+        raise MemoryError()
+    keys = pa.array(names, pa.string()).take(pa.array(_np_from_buf(&mb.key_ids, np.int32, nentries)))
+    values = col_export(mb.values, pa.string())
+    entries = pa.StructArray.from_arrays([keys, values], fields=[MAP_TYPE.key_field, MAP_TYPE.item_field])
+    valid = np.unpackbits(np.frombuffer(_take_buf(&mb.valid, (n + 7) >> 3), np.uint8),
+                          bitorder="little", count=n).astype(bool) if n else np.zeros(0, bool)
+    offsets = _take_buf(&mb.offsets, 4 * (n + 1))
+    nulls = int(n - valid.sum())
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    mb.rows = 0
+    return pa.Array.from_buffers(MAP_TYPE, n, [validity, offsets], nulls, children=[entries])
+
+
+# -- per relation version: typed builders ------------------------------------------
+
+cdef class RelBuilders:
+    """Typed column builders of one relation version (new image, old image, metadata)."""
+    cdef readonly object version       # catalog.RelationVersion
+    cdef readonly int id
+    cdef int ncols
+    cdef Column **cols                 # new image (old image for deletes)
+    cdef Column **before               # old images, dense over rows that have one
+    cdef Buf before_rows               # int32: main row index of each old image
+    cdef Buf before_kind               # 1 byte per old image: K / O
+    cdef Py_ssize_t nbefore
+    cdef int32_t *name_ids
+    cdef unsigned char *is_key
+    cdef Meta meta
+    cdef Py_ssize_t committed          # rows of committed transactions
+    cdef Py_ssize_t committed_before
+    cdef list specials                 # [(row, col, is_before, format, bytes)]
+    cdef object col_types
+    cdef bint dirty                    # touched by the open transaction
+
+    def __dealloc__(self):
+        cdef int i
+        if self.cols != NULL:
+            for i in range(self.ncols):
+                col_free(self.cols[i])
+            free(self.cols)
+        if self.before != NULL:
+            for i in range(self.ncols):
+                col_free(self.before[i])
+            free(self.before)
+        free(self.name_ids)
+        free(self.is_key)
+        buf_free(&self.before_rows)
+        buf_free(&self.before_kind)
+        meta_free(&self.meta)
+
+    cdef Column **_alloc_cols(self) except NULL:
+        cdef Column **cols = <Column **>malloc(sizeof(Column *) * (self.ncols if self.ncols else 1))
+        cdef int i
+        if cols == NULL:
+            raise MemoryError()
+        for i in range(self.ncols):
+            ct = self.col_types[i]
+            cols[i] = column_for_type(ct.kind, ct.precision, ct.scale, ct.elem_kind,
+                                      ct.elem_precision, ct.elem_scale)
+            if cols[i] == NULL:
+                raise MemoryError()
+        return cols
+
+    cdef int init(self, object version, int rb_id, list name_ids) except -1:
+        cdef int i
+        self.version = version
+        self.id = rb_id
+        self.col_types = version.column_types
+        self.ncols = len(version.columns)
+        self.name_ids = <int32_t *>malloc(sizeof(int32_t) * (self.ncols + 1))
+        self.is_key = <unsigned char *>malloc(self.ncols + 1)
+        if self.name_ids == NULL or self.is_key == NULL:
+            raise MemoryError()
+        for i in range(self.ncols):
+            self.name_ids[i] = name_ids[i]
+            self.is_key[i] = version.columns[i].flags & 1
+        self.cols = self._alloc_cols()
+        self.specials = []
+        return 0
+
+    cdef int ensure_before(self) except -1:
+        if self.before == NULL:
+            self.before = self._alloc_cols()
+        return 0
+
+    cdef void rollback(self) noexcept:
+        cdef int i
+        for i in range(self.ncols):
+            col_truncate(self.cols[i], self.committed)
+        if self.before != NULL:
+            for i in range(self.ncols):
+                col_truncate(self.before[i], self.committed_before)
+        self.before_rows.len = 4 * self.committed_before
+        self.before_kind.len = self.committed_before
+        self.nbefore = self.committed_before
+        meta_truncate(&self.meta, self.committed)
+        if self.specials:
+            self.specials = [s for s in self.specials if s[0] < self.committed]
+        self.dirty = False
+
+    cdef void commit(self) noexcept:
+        self.committed = self.meta.rows
+        self.committed_before = self.nbefore
+        self.dirty = False
+
+    cdef object export(self, DecoderCore core):
+        """pa.Table of the committed rows; builders are left empty."""
+        cdef Py_ssize_t n = self.meta.rows
+        cdef int i
+        cdef list names = list(self.version.column_names)
+        cdef list arrays = []
+        cdef list fields = []
+        binary_unknown = core.binary_unknown
+        toast_masks = []
+        meta = meta_export(&self.meta, core.origins, "_")
+        for key in ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_origin"):
+            arrays.append(meta[key])
+            fields.append(pa.field(key, meta[key].type, nullable=(key in ("_lsn", "_origin"))))
+        for i in range(self.ncols):
+            mask = col_export_toast_mask(self.cols[i])
+            if mask is not None:
+                toast_masks.append((i, mask))
+            t = self.col_types[i].arrow_type(binary_unknown or self.cols[i].any_binary)
+            arr = col_export(self.cols[i], t)
+            arrays.append(arr)
+            fields.append(pa.field(names[i], arr.type))
+        # _before: struct of the typed fields, null where no old tuple was sent
+        struct_fields = fields[7:]
+        m = self.nbefore
+        if self.before != NULL and m:
+            children = []
+            for i in range(self.ncols):
+                children.append(col_export(self.before[i], struct_fields[i].type).cast(struct_fields[i].type)
+                                if True else None)
+            dense = pa.StructArray.from_arrays(children, fields=struct_fields) if self.ncols else \
+                pa.array([{}] * m, pa.struct([]))
+            rows = _np_from_buf(&self.before_rows, np.int32, m)
+            idx = np.full(n, -1, dtype=np.int32)
+            idx[rows] = np.arange(m, dtype=np.int32)
+            before = dense.take(pa.array(idx, mask=(idx < 0)))
+            kinds = _np_from_buf(&self.before_kind, np.uint8, m)
+            kind_idx = np.full(n, -1, dtype=np.int32)
+            kind_idx[rows] = (kinds == 79).astype(np.int32)  # 0 = K, 1 = O
+            before_kind = pa.array(["K", "O"], pa.string()).take(pa.array(kind_idx, mask=(kind_idx < 0)))
+        else:
+            if self.before != NULL:
+                for i in range(self.ncols):
+                    col_truncate(self.before[i], 0)
+            before = pa.nulls(n, pa.struct(struct_fields))
+            before_kind = pa.nulls(n, pa.string())
+        self.nbefore = 0
+        self.before_rows.len = 0
+        self.before_kind.len = 0
+        arrays.append(before)
+        fields.append(pa.field("_before", before.type))
+        arrays.append(before_kind)
+        fields.append(pa.field("_before_kind", pa.string()))
+        toast = _toast_lists(n, toast_masks, names)
+        arrays.append(toast)
+        fields.append(pa.field("_unchanged_toast", toast.type))
+        special = core._specials_column(self, n)
+        arrays.append(special)
+        fields.append(pa.field("_special", special.type))
+        self.specials = []
+        self.committed = 0
+        self.committed_before = 0
+        v = self.version
+        md = {b"pgoutput_fast.relid": str(v.relid).encode(),
+              b"pgoutput_fast.version": str(v.version).encode(),
+              b"pgoutput_fast.from_lsn": str(v.from_lsn).encode(),
+              b"pgoutput_fast.key_columns": ",".join(v.key_columns).encode("utf-8", "surrogateescape"),
+              b"pgoutput_fast.replident": v.replident.encode()}
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=md))
+
+
+cdef object _toast_lists(Py_ssize_t n, list masks, list names):
+    """list<string> per row: names of the columns sent as unchanged TOAST."""
+    if not masks:
+        return pa.Array.from_buffers(pa.list_(pa.string()), n,
+                                     [None, pa.py_buffer(np.zeros(n + 1, np.int32))], 0,
+                                     children=[pa.array([], pa.string())])
+    mat = np.stack([m.to_numpy(zero_copy_only=False) for _, m in masks], axis=1)
+    rows, cols = np.nonzero(mat)
+    colnames = pa.array([names[i] for i, _ in masks], pa.string())
+    counts = mat.sum(axis=1).astype(np.int32)
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), colnames.take(pa.array(cols.astype(np.int32))))
+
+
+# -- spools for streamed and prepared transactions ----------------------------------
+
+cdef class Spool:
+    """Raw messages of a pending (streamed or prepared) transaction, spilling to disk."""
+    cdef Buf mem
+    cdef object file                   # spill file (binary, w+b) or None
+    cdef Py_ssize_t file_size
+    cdef dict first_pos                # subxid -> logical position of its first message
+    cdef public int32_t origin
+    cdef public object xid
+    cdef public object gid
+    cdef public object prepare_end_lsn
+    cdef public object prepare_ts
+
+    def __cinit__(self):
+        self.first_pos = {}
+        self.origin = -1
+
+    def __dealloc__(self):
+        buf_free(&self.mem)
+        if self.file is not None:
+            try:
+                self.file.close()
+            except Exception:
+                pass
+
+    cdef inline Py_ssize_t size(self):
+        return self.file_size + self.mem.len
+
+    cdef int append(self, int kind, bint in_stream, int32_t rb_id, const MsgRef *m,
+                    Py_ssize_t limit, object spill_dir) except -1:
+        cdef unsigned char head[REC_HEAD]
+        cdef uint32_t n32 = <uint32_t>m.n
+        if m.n > 0xFFFFFFFF:
+            raise DecodeError("message too large to spool", None, None)
+        head[0] = kind
+        head[1] = in_stream
+        memcpy(head + 2, &rb_id, 4)
+        memcpy(head + 6, &m.lsn, 8)
+        memcpy(head + 14, &n32, 4)
+        if buf_append(&self.mem, head, REC_HEAD) < 0 or buf_append(&self.mem, m.p, m.n) < 0:
+            raise MemoryError()
+        if self.mem.len > limit:
+            self.spill(spill_dir)
+        return 0
+
+    cdef int spill(self, object spill_dir) except -1:
+        if self.file is None:
+            self.file = _tempfile.TemporaryFile(prefix="pgoutput_fast-spool-", dir=spill_dir)
+        self.file.seek(0, 2)
+        self.file.write(memoryview(<const unsigned char[:self.mem.len]>self.mem.data))
+        self.file_size += self.mem.len
+        self.mem.len = 0
+        return 0
+
+    cdef void note_xid(self, uint32_t subxid):
+        if subxid not in self.first_pos:
+            self.first_pos[subxid] = self.size()
+
+    cdef int abort_sub(self, uint32_t subxid) except -1:
+        """Discard everything from where subxid first appeared (positional, like PG)."""
+        pos = self.first_pos.get(subxid)
+        if pos is None:
+            return 0
+        cdef Py_ssize_t p = pos
+        if p >= self.file_size:
+            self.mem.len = p - self.file_size
+        else:
+            self.file.truncate(p)
+            self.file_size = p
+            self.mem.len = 0
+        self.first_pos = {x: q for x, q in self.first_pos.items() if q < p}
+        return 0
+
+    def chunks(self, Py_ssize_t chunk=1 << 24):
+        """Yield bytes chunks covering the spool (file part in pieces, then memory)."""
+        if self.file is not None and self.file_size:
+            self.file.seek(0)
+            left = self.file_size
+            while left > 0:
+                data = self.file.read(min(chunk, left))
+                if not data:
+                    raise DecodeError("spool file ended early", None, None)
+                left -= len(data)
+                yield data
+        if self.mem.len:
+            yield bytes(<const unsigned char[:self.mem.len]>self.mem.data)
+
+
+# -- the core ----------------------------------------------------------------------
+
+cdef class DecoderCore:
+    """Native decoder state machine; see pgoutput_fast.decoder.Decoder for the API."""
+    cdef public object catalog
+    cdef dict rb_current            # relid -> RelBuilders
+    cdef dict rb_by_version         # (relid, version) -> RelBuilders
+    cdef list rb_all                # id -> RelBuilders
+    cdef list dirty                 # RelBuilders touched by the open B..C transaction
+    cdef public bint want_events
+    cdef public bint want_tables
+    cdef public object binary_unknown
+    cdef public Py_ssize_t max_pending_bytes
+    cdef public object spill_dir
+    cdef public list origins
+    cdef dict origin_ids
+    cdef public list names          # global column-name table (event maps)
+    cdef dict name_ids
+    # transaction state
+    cdef int state
+    cdef Ctx ctx
+    cdef Py_ssize_t txn_start       # index in refs of the open transaction's Begin
+    cdef list txn_messages          # transactional logical messages of the open B..C
+    cdef list out_messages          # logical messages ready for the ChangeSet
+    cdef dict streams               # top-level xid -> Spool
+    cdef dict prepared              # gid -> Spool
+    cdef Spool cur                  # spool of the open S..E block or b..P
+    cdef uint32_t stream_xid
+    cdef list carry                 # [(lsn, bytes)] of a transaction open at a batch end
+    # change-event table
+    cdef Meta ev_meta
+    cdef Buf ev_relid               # int64
+    cdef Buf ev_rb                  # int32 RelBuilders id (schema / table names)
+    cdef Buf ev_before_kind         # 1 byte: K O or 0
+    cdef MapB ev_before
+    cdef MapB ev_after
+    cdef Buf ev_toast_off           # int32 offsets
+    cdef Buf ev_toast_ids           # int32 name ids
+    cdef Py_ssize_t ev_committed
+    cdef Py_ssize_t ev_rows_at_txn
+    # scratch
+    cdef Buf scratch
+
+    def __cinit__(self):
+        self.rb_current = {}
+        self.rb_by_version = {}
+        self.rb_all = []
+        self.dirty = []
+        self.origins = []
+        self.origin_ids = {}
+        self.names = []
+        self.name_ids = {}
+        self.txn_messages = []
+        self.out_messages = []
+        self.streams = {}
+        self.prepared = {}
+        self.carry = []
+        self.ctx.origin = -1
+
+    def __init__(self, catalog, *, bint events=True, bint tables=True, binary_unknown=None,
+                 Py_ssize_t max_pending_bytes=256 << 20, spill_dir=None):
+        self.catalog = catalog
+        self.want_events = events
+        self.want_tables = tables
+        self.binary_unknown = bool(binary_unknown)
+        self.max_pending_bytes = max_pending_bytes
+        self.spill_dir = spill_dir
+        for v in catalog.versions():
+            if catalog.current(v.relid) is v:
+                self._builders_for(v)
+
+    def __dealloc__(self):
+        meta_free(&self.ev_meta)
+        buf_free(&self.ev_relid); buf_free(&self.ev_rb); buf_free(&self.ev_before_kind)
+        map_free(&self.ev_before); map_free(&self.ev_after)
+        buf_free(&self.ev_toast_off); buf_free(&self.ev_toast_ids)
+        buf_free(&self.scratch)
+
+    # -- catalog glue (rare: Python is fine) ---------------------------------------
+    cdef int32_t _name_id(self, str name):
+        i = self.name_ids.get(name)
+        if i is None:
+            i = len(self.names)
+            self.names.append(name)
+            self.name_ids[name] = i
+        return i
+
+    cdef RelBuilders _builders_for(self, object version):
+        key = (version.relid, version.version)
+        cdef RelBuilders rb = self.rb_by_version.get(key)
+        if rb is None:
+            rb = RelBuilders.__new__(RelBuilders)
+            rb.init(version, len(self.rb_all), [self._name_id(c.name) for c in version.columns])
+            self.rb_all.append(rb)
+            self.rb_by_version[key] = rb
+        self.rb_current[version.relid] = rb
+        return rb
+
+    cdef int32_t _origin_id(self, str name):
+        i = self.origin_ids.get(name)
+        if i is None:
+            i = len(self.origins)
+            self.origins.append(name)
+            self.origin_ids[name] = i
+        return i
+
+    # -- errors --------------------------------------------------------------------
+    cdef int _fail(self, str reason, const MsgRef *m, Py_ssize_t offset) except -1:
+        raise DecodeError(reason, offset, chr(m.p[0]) if m.n else None)
+
+    cdef int _fail_cursor(self, Cursor *c) except -1:
+        return raise_cursor_error(c, c.buf[0] if c.len else -1)
+
+    # -- feeding -------------------------------------------------------------------
+    def feed(self, refs_owner, Py_ssize_t nrefs, size_t refs_addr):
+        """Decode nrefs messages described by a MsgRef array at refs_addr.
+
+        refs_owner keeps the memory of the messages alive. Returns nothing; call
+        export() for the committed output. On DecodeError the output of this call
+        up to the last commit before the bad message is kept (export() gives it).
+        """
+        cdef const MsgRef *refs = <const MsgRef *>refs_addr
+        cdef Py_ssize_t i = 0
+        try:
+            for i in range(nrefs):
+                self._dispatch(&refs[i], i, refs)
+        except DecodeError as exc:
+            exc.message_index = i
+            self._rollback_open()
+            self.state = ST_NONE
+            self.cur = None
+            raise
+        except BaseException:
+            self._rollback_open()
+            self.state = ST_NONE
+            self.cur = None
+            raise
+        if self.state == ST_TXN:
+            # carry the open transaction's messages into the next feed
+            self._rollback_open()
+            self.carry = [(refs[j].lsn, bytes(<const unsigned char[:refs[j].n]>refs[j].p))
+                          for j in range(self.txn_start, nrefs)]
+            self.state = ST_NONE
+        else:
+            self.carry = []
+
+    def take_carry(self):
+        c = self.carry
+        self.carry = []
+        return c
+
+    cdef void _rollback_open(self):
+        cdef RelBuilders rb
+        for rb in self.dirty:
+            rb.rollback()
+        self.dirty = []
+        self._ev_truncate(self.ev_committed)
+        self.txn_messages = []
+
+    cdef int _dispatch(self, const MsgRef *m, Py_ssize_t index, const MsgRef *refs) except -1:
+        cdef Cursor c
+        cdef uint8_t t
+        cdef uint32_t xid = 0
+        if m.n == 0:
+            raise DecodeError("empty message", 0, None)
+        cur_init(&c, m.p, m.n)
+        t = m.p[0]
+        c.pos = 1
+        if self.state == ST_STREAM and (t == 82 or t == 89 or t == 73 or t == 85 or t == 68
+                                         or t == 84 or t == 77):
+            if rd_u32(&c, &xid) < 0:
+                self._fail_cursor(&c)
+        if t == 73 or t == 85 or t == 68:                  # I U D
+            return self._on_dml(m, &c, t, xid)
+        if t == 66:
+            return self._on_begin(m, index)
+        if t == 67:
+            return self._on_commit(m)
+        if t == 82 or t == 89:
+            return self._on_catalog(m, t, xid)
+        if t == 84:
+            return self._on_truncate(m, &c, xid)
+        if t == 77:
+            return self._on_logical_message(m, xid)
+        if t == 79:
+            return self._on_origin(m)
+        if t == 83 or t == 69 or t == 99 or t == 65:
+            return self._on_stream(m, t)
+        if t == 98 or t == 80 or t == 112 or t == 75 or t == 114:
+            return self._on_two_phase(m, t)
+        decode_message(<const unsigned char[:m.n]>m.p)    # raises the precise DecodeError
+        raise DecodeError(f"unexpected message type {chr(t)!r}", 0, chr(t))
+
+    # -- transaction boundaries ----------------------------------------------------
+    cdef int _require(self, int state, const MsgRef *m, str what) except -1:
+        if self.state != state:
+            names = {ST_NONE: "outside a transaction", ST_TXN: "inside Begin..Commit",
+                     ST_PREPARE: "inside Begin Prepare..Prepare", ST_STREAM: "inside a stream block"}
+            self._fail(f"{what} {names[self.state]}", m, 0)
+        return 0
+
+    cdef int _on_begin(self, const MsgRef *m, Py_ssize_t index) except -1:
+        msg = decode_message(<const unsigned char[:m.n]>m.p)
+        self._require(ST_NONE, m, "Begin")
+        self.state = ST_TXN
+        self.txn_start = index
+        self.ctx.commit_lsn = <int64_t>msg.final_lsn
+        self.ctx.commit_ts = _unix_ts(msg.commit_ts)
+        self.ctx.xid = msg.xid
+        self.ctx.seq = 0
+        self.ctx.origin = -1
+        self.txn_messages = []
+        return 0
+
+    cdef int _on_commit(self, const MsgRef *m) except -1:
+        cdef RelBuilders rb
+        msg = decode_message(<const unsigned char[:m.n]>m.p)
+        self._require(ST_TXN, m, "Commit")
+        if <int64_t>msg.commit_lsn != self.ctx.commit_lsn:
+            self._fail(f"Commit LSN {msg.commit_lsn:X} does not match its Begin's final LSN "
+                       f"{<uint64_t>self.ctx.commit_lsn:X}", m, 2)
+        self._commit_rows()
+        self.state = ST_NONE
+        return 0
+
+    cdef void _commit_rows(self):
+        cdef RelBuilders rb
+        for rb in self.dirty:
+            rb.commit()
+        self.dirty = []
+        self.ev_committed = self.ev_meta.rows
+        if self.txn_messages:
+            self.out_messages.extend(self.txn_messages)
+            self.txn_messages = []
+
+    cdef int _on_origin(self, const MsgRef *m) except -1:
+        msg = decode_message(<const unsigned char[:m.n]>m.p)
+        oid = self._origin_id(msg.name)
+        if self.state == ST_TXN:
+            self.ctx.origin = oid
+        elif self.state == ST_STREAM or self.state == ST_PREPARE:
+            self.cur.origin = oid
+        else:
+            self._fail("Origin outside a transaction", m, 0)
+        return 0
+
+    cdef int _on_catalog(self, const MsgRef *m, uint8_t t, uint32_t xid) except -1:
+        msg = decode_message(<const unsigned char[:m.n]>m.p, in_stream=self.state == ST_STREAM)
+        if self.state == ST_STREAM:
+            self.cur.note_xid(xid)
+        if t == 89:
+            self.catalog.apply_type(msg)
+        else:
+            self._builders_for(self.catalog.apply_relation(msg, m.lsn))
+        return 0
+
+    cdef int _on_stream(self, const MsgRef *m, uint8_t t) except -1:
+        cdef Spool sp
+        msg = decode_message(<const unsigned char[:m.n]>m.p)
+        if t == 83:    # S
+            self._require(ST_NONE, m, "Stream Start")
+            sp = self.streams.get(msg.xid)
+            if sp is None:
+                if not msg.first_segment:
+                    self._fail(f"Stream Start continues transaction {msg.xid} whose first "
+                               "segment was not seen", m, 5)
+                sp = Spool()
+                sp.xid = msg.xid
+                self.streams[msg.xid] = sp
+            self.cur = sp
+            self.stream_xid = msg.xid
+            self.state = ST_STREAM
+        elif t == 69:  # E
+            self._require(ST_STREAM, m, "Stream Stop")
+            self.cur = None
+            self.state = ST_NONE
+        elif t == 99:  # c
+            self._require(ST_NONE, m, "Stream Commit")
+            sp = self.streams.pop(msg.xid, None)
+            if sp is None:
+                self._fail(f"Stream Commit for transaction {msg.xid} that was never streamed", m, 1)
+            self._replay(sp, msg.commit_lsn, msg.commit_ts, msg.xid)
+        else:          # A
+            self._require(ST_NONE, m, "Stream Abort")
+            if msg.xid == msg.subxid:
+                self.streams.pop(msg.xid, None)    # a stray abort without a stream is ignored
+            else:
+                sp = self.streams.get(msg.xid)
+                if sp is not None:
+                    sp.abort_sub(msg.subxid)
+        return 0
+
+    cdef int _on_two_phase(self, const MsgRef *m, uint8_t t) except -1:
+        cdef Spool sp
+        msg = decode_message(<const unsigned char[:m.n]>m.p)
+        if t == 98:    # b
+            self._require(ST_NONE, m, "Begin Prepare")
+            sp = Spool()
+            sp.xid = msg.xid
+            sp.gid = msg.gid
+            self.cur = sp
+            self.state = ST_PREPARE
+        elif t == 80:  # P
+            self._require(ST_PREPARE, m, "Prepare")
+            sp = self.cur
+            if sp.gid != msg.gid or sp.xid != msg.xid:
+                self._fail(f"Prepare {msg.gid!r} (xid {msg.xid}) does not match Begin Prepare "
+                           f"{sp.gid!r} (xid {sp.xid})", m, 0)
+            sp.prepare_end_lsn = msg.end_lsn
+            sp.prepare_ts = msg.prepare_ts
+            self.prepared[msg.gid] = sp          # a re-sent b..P replaces the earlier copy
+            self.cur = None
+            self.state = ST_NONE
+        elif t == 112: # p
+            self._require(ST_NONE, m, "Stream Prepare")
+            sp = self.streams.pop(msg.xid, None)
+            if sp is None:
+                self._fail(f"Stream Prepare for transaction {msg.xid} that was never streamed", m, 0)
+            sp.gid = msg.gid
+            sp.prepare_end_lsn = msg.end_lsn
+            sp.prepare_ts = msg.prepare_ts
+            self.prepared[msg.gid] = sp
+        elif t == 75:  # K
+            self._require(ST_NONE, m, "Commit Prepared")
+            sp = self.prepared.pop(msg.gid, None)
+            if sp is None:
+                self._fail(f"Commit Prepared for unknown GID {msg.gid!r} (its Begin Prepare.."
+                           "Prepare was not seen)", m, 0)
+            self._replay(sp, msg.commit_lsn, msg.commit_ts, msg.xid)
+        else:          # r
+            self._require(ST_NONE, m, "Rollback Prepared")
+            sp = self.prepared.get(msg.gid)
+            if sp is not None and (sp.prepare_end_lsn == msg.prepare_end_lsn
+                                   or sp.prepare_end_lsn is None):
+                del self.prepared[msg.gid]
+        return 0
+
+    cdef int _replay(self, Spool sp, uint64_t commit_lsn, int64_t commit_ts, uint32_t xid) except -1:
+        """Emit a spooled transaction as committed with the given metadata."""
+        cdef const unsigned char *p
+        cdef Py_ssize_t n, pos
+        cdef MsgRef m
+        cdef uint8_t kind
+        cdef int32_t rb_id
+        cdef uint32_t len32
+        cdef Cursor c
+        cdef RelBuilders rb
+        cdef bytes data
+        self.ctx.commit_lsn = <int64_t>commit_lsn
+        self.ctx.commit_ts = _unix_ts(commit_ts)
+        self.ctx.xid = xid
+        self.ctx.seq = 0
+        self.ctx.origin = sp.origin
+        self.txn_messages = []
+        pending = b""
+        for chunk in sp.chunks():
+            data = pending + chunk if pending else chunk
+            p = <const unsigned char *>PyBytes_AS_STRING(data)
+            n = PyBytes_GET_SIZE(data)
+            pos = 0
+            while n - pos >= REC_HEAD:
+                memcpy(&len32, p + pos + 14, 4)
+                if n - pos - REC_HEAD < <Py_ssize_t>len32:
+                    break
+                kind = p[pos]
+                memcpy(&rb_id, p + pos + 2, 4)
+                memcpy(&m.lsn, p + pos + 6, 8)
+                m.p = p + pos + REC_HEAD
+                m.n = len32
+                cur_init(&c, m.p, m.n)
+                c.pos = 5 if p[pos + 1] else 1
+                if kind == REC_DML:
+                    self._write_dml(&m, &c, m.p[0], <RelBuilders>self.rb_all[rb_id])
+                elif kind == REC_TRUNCATE:
+                    self._write_truncate(&m, &c)
+                else:
+                    self.txn_messages.append(self._message_obj(&m, p[pos + 1]))
+                pos += REC_HEAD + len32
+            pending = data[pos:]
+        if pending:
+            raise DecodeError("spool ended inside a record", None, None)
+        self._commit_rows()
+        return 0
+
+    cdef object _message_obj(self, const MsgRef *m, bint in_stream):
+        msg = decode_message(<const unsigned char[:m.n]>m.p, in_stream=in_stream)
+        return (msg, m.lsn, self.ctx.commit_lsn, self.ctx.commit_ts, self.ctx.xid,
+                self.origins[self.ctx.origin] if self.ctx.origin >= 0 else None)
+
+    # -- changes -------------------------------------------------------------------
+    cdef RelBuilders _rel(self, const MsgRef *m, Cursor *c, uint32_t *relid):
+        cdef RelBuilders rb
+        if rd_u32(c, relid) < 0:
+            self._fail_cursor(c)
+        rb = self.rb_current.get(relid[0])
+        if rb is None:
+            self._fail(f"change for relation {relid[0]} before any Relation message for it", m, c.pos - 4)
+        return rb
+
+    cdef int _spool(self, const MsgRef *m, int kind, int32_t rb_id, uint32_t xid) except -1:
+        if self.state == ST_STREAM:
+            self.cur.note_xid(xid)
+        self.cur.append(kind, self.state == ST_STREAM, rb_id, m, self.max_pending_bytes, self.spill_dir)
+        return 0
+
+    cdef int _on_dml(self, const MsgRef *m, Cursor *c, uint8_t t, uint32_t xid) except -1:
+        cdef uint32_t relid
+        cdef Py_ssize_t start = c.pos
+        cdef RelBuilders rb = self._rel(m, c, &relid)
+        if self.state == ST_TXN:
+            c.pos = start
+            return self._write_dml(m, c, t, rb)
+        if self.state == ST_STREAM or self.state == ST_PREPARE:
+            # validate now so a bad message fails where it arrives, not at commit
+            decode_message(<const unsigned char[:m.n]>m.p, in_stream=self.state == ST_STREAM)
+            return self._spool(m, REC_DML, rb.id, xid)
+        self._fail("change outside a transaction", m, 0)
+
+    cdef int _on_truncate(self, const MsgRef *m, Cursor *c, uint32_t xid) except -1:
+        if self.state == ST_TXN:
+            return self._write_truncate(m, c)
+        decode_message(<const unsigned char[:m.n]>m.p, in_stream=self.state == ST_STREAM)
+        if self.state == ST_STREAM or self.state == ST_PREPARE:
+            return self._spool(m, REC_TRUNCATE, -1, xid)
+        self._fail("Truncate outside a transaction", m, 0)
+
+    cdef int _on_logical_message(self, const MsgRef *m, uint32_t xid) except -1:
+        msg = decode_message(<const unsigned char[:m.n]>m.p, in_stream=self.state == ST_STREAM)
+        if not msg.transactional:
+            self.out_messages.append((msg, m.lsn, None, None, None, None))
+        elif self.state == ST_TXN:
+            self.txn_messages.append((msg, m.lsn, self.ctx.commit_lsn, self.ctx.commit_ts,
+                                      self.ctx.xid, self.origins[self.ctx.origin] if self.ctx.origin >= 0 else None))
+        elif self.state == ST_STREAM or self.state == ST_PREPARE:
+            self._spool(m, REC_MESSAGE, -1, xid)
+        else:
+            self._fail("transactional Message outside a transaction", m, 0)
+        return 0
+
+    cdef int _write_truncate(self, const MsgRef *m, Cursor *c) except -1:
+        msg = decode_message(<const unsigned char[:m.n]>m.p, in_stream=c.pos == 5)
+        cdef RelBuilders rb
+        for relid in msg.relids:
+            rb = self.rb_current.get(relid)
+            if rb is None:
+                self._fail(f"Truncate of relation {relid} before any Relation message for it", m, 0)
+            self._touch(rb)
+            if self.want_tables:
+                self._append_null_row(rb, m)
+                if meta_append(&rb.meta, m.lsn, &self.ctx, b't') < 0:
+                    raise MemoryError()
+            if self.want_events:
+                self._ev_row(rb, m, b't', 0)
+                if map_end_row(&self.ev_before, 0) < 0 or map_end_row(&self.ev_after, 0) < 0:
+                    raise MemoryError()
+                self._ev_toast_end()
+            self.ctx.seq += 1
+        return 0
+
+    cdef inline void _touch(self, RelBuilders rb):
+        if not rb.dirty:
+            rb.dirty = True
+            self.dirty.append(rb)
+
+    cdef int _append_null_row(self, RelBuilders rb, const MsgRef *m) except -1:
+        cdef int i
+        for i in range(rb.ncols):
+            if col_end_row(rb.cols[i], 0, 0) < 0:
+                raise MemoryError()
+        return 0
+
+    cdef int _write_dml(self, const MsgRef *m, Cursor *c, uint8_t t, RelBuilders rb) except -1:
+        """Scan an I/U/D whose relid has been checked; c is positioned at the relid."""
+        cdef uint8_t b
+        cdef uint8_t old_kind = 0
+        cdef Py_ssize_t at
+        c.pos += 4
+        self._touch(rb)
+        if self.want_events:
+            self._ev_row(rb, m, b'c' if t == 73 else (b'u' if t == 85 else b'd'), 0)
+        if rd_u8(c, &b) < 0:
+            self._fail_cursor(c)
+        if t == 73:
+            if b != 78:
+                self._fail("Insert: expected 'N' before the new tuple", m, c.pos - 1)
+            if self.want_events:
+                map_end_row(&self.ev_before, 0)
+                self._ev_kind(0)
+            self._scan_new(m, c, rb)
+        elif t == 85:
+            if b == 75 or b == 79:
+                old_kind = b
+                self._scan_old(m, c, rb, old_kind)
+                at = c.pos
+                if rd_u8(c, &b) < 0:
+                    self._fail_cursor(c)
+                if b != 78:
+                    self._fail("Update: expected 'N' after the old tuple", m, at)
+            elif b != 78:
+                self._fail(f"Update: expected 'K', 'O' or 'N', got 0x{b:02x}", m, c.pos - 1)
+            else:
+                if self.want_events:
+                    map_end_row(&self.ev_before, 0)
+                    self._ev_kind(0)
+            self._scan_new(m, c, rb)
+        else:
+            if b != 75 and b != 79:
+                self._fail(f"Delete: expected 'K' or 'O', got 0x{b:02x}", m, c.pos - 1)
+            at = c.pos
+            self._scan_old(m, c, rb, b)
+            if self.want_tables:
+                # the typed row of a delete holds the old key / old row
+                c.pos = at
+                self._scan_tuple(m, c, rb, rb.cols, 0, b, -1)
+            if self.want_events:
+                map_end_row(&self.ev_after, 0)
+        if cur_expect_end(c) < 0:
+            self._fail_cursor(c)
+        if self.want_tables:
+            if meta_append(&rb.meta, m.lsn, &self.ctx, b'c' if t == 73 else (b'u' if t == 85 else b'd')) < 0:
+                raise MemoryError()
+        if self.want_events:
+            self._ev_toast_end()
+        self.ctx.seq += 1
+        return 0
+
+    cdef int _scan_new(self, const MsgRef *m, Cursor *c, RelBuilders rb) except -1:
+        cdef Py_ssize_t at = c.pos
+        if self.want_tables:
+            self._scan_tuple(m, c, rb, rb.cols, 0, 0, rb.meta.rows)
+        if self.want_events:
+            c.pos = at
+            self._scan_tuple(m, c, rb, NULL, 0, 0, -1)
+        return 0
+
+    cdef int _scan_old(self, const MsgRef *m, Cursor *c, RelBuilders rb, uint8_t kind) except -1:
+        cdef int32_t row = <int32_t>rb.meta.rows
+        cdef Py_ssize_t at = c.pos
+        if self.want_tables:
+            rb.ensure_before()
+            if buf_append(&rb.before_rows, &row, 4) < 0 or buf_append(&rb.before_kind, &kind, 1) < 0:
+                raise MemoryError()
+            self._scan_tuple(m, c, rb, rb.before, 1, kind, rb.nbefore)
+            rb.nbefore += 1
+        if self.want_events:
+            self._ev_kind(kind)
+            if not self.want_tables:
+                self._scan_tuple(m, c, rb, NULL, 1, kind, -1)
+            else:
+                c.pos = at
+                self._scan_tuple(m, c, rb, NULL, 1, kind, -1)
+        return 0
+
+    cdef int _scan_tuple(self, const MsgRef *m, Cursor *c, RelBuilders rb, Column **cols,
+                         bint is_old, uint8_t old_kind, Py_ssize_t row) except -1:
+        """Scan one TupleData into `cols` (typed) or, with cols NULL, into the event map.
+
+        The typed and the event pass are separate scans of the same bytes: each stays a
+        tight loop with one job.
+        """
+        cdef int16_t ncols
+        cdef int i, rc
+        cdef uint8_t kind
+        cdef int32_t n
+        cdef Py_ssize_t at = c.pos
+        cdef const unsigned char *p
+        cdef const char *why = NULL
+        cdef Column *col
+        cdef MapB *mb
+        cdef bint key_only = old_kind == 75
+        if rd_i16(c, &ncols) < 0:
+            self._fail_cursor(c)
+        if ncols != rb.ncols:
+            self._fail(f"TupleData has {ncols} columns but relation {rb.version.qualified_name} "
+                       f"(relid {rb.version.relid}) has {rb.ncols}", m, at)
+        if cols == NULL:
+            mb = &self.ev_before if is_old else &self.ev_after
+            if map_begin(mb) < 0:
+                raise MemoryError()
+        for i in range(ncols):
+            at = c.pos
+            if rd_u8(c, &kind) < 0:
+                self._fail_cursor(c)
+            if kind == 116 or kind == 98:           # 't' / 'b'
+                if rd_i32(c, &n) < 0:
+                    self._fail_cursor(c)
+                if n < 0:
+                    self._fail(f"negative value length {n} in column {i}", m, c.pos - 4)
+                if rd_bytes(c, n, &p) < 0:
+                    self._fail_cursor(c)
+                if cols != NULL:
+                    col = cols[i]
+                    if kind == 116:
+                        rc = parse_text_value(col, p, n, &why)
+                    else:
+                        rc = parse_binary_value(col, p, n, &why)
+                    if rc == 0:
+                        rc = col_end_row(col, 1, 0)
+                        if rc < 0:
+                            self._builder_fail(rc, m, rb, i)
+                    elif rc == 1:
+                        if col_end_row(col, 0, 0) < 0:
+                            raise MemoryError()
+                        rb.specials.append((row, i, is_old, chr(kind), bytes(<const unsigned char[:n]>p)))
+                    else:
+                        self._value_fail(m, rb, i, kind, p, n, why, at)
+                else:
+                    if key_only and not rb.is_key[i]:
+                        continue
+                    self._ev_value(mb, rb, i, kind, p, n, m, at)
+            elif kind == 110:                        # 'n'
+                if cols != NULL:
+                    if col_end_row(cols[i], 0, 0) < 0:
+                        raise MemoryError()
+                elif not (key_only and not rb.is_key[i]):
+                    if (buf_append(&mb.key_ids, &rb.name_ids[i], 4) < 0
+                            or col_end_row(mb.values, 0, 0) < 0):
+                        raise MemoryError()
+            elif kind == 117:                        # 'u'
+                if is_old:
+                    self._fail(f"unchanged-TOAST marker 'u' in an old tuple (column "
+                               f"{rb.version.column_names[i]!r})", m, at)
+                if cols != NULL:
+                    if col_end_row(cols[i], 0, 1) < 0:
+                        raise MemoryError()
+                elif buf_append(&self.ev_toast_ids, &rb.name_ids[i], 4) < 0:
+                    raise MemoryError()
+            else:
+                self._fail(f"unknown TupleData column kind byte 0x{kind:02x} in column {i}", m, at)
+        if cols == NULL:
+            if map_end_row(mb, 1) < 0:
+                raise MemoryError()
+        return 0
+
+    cdef int _builder_fail(self, int rc, const MsgRef *m, RelBuilders rb, int i) except -1:
+        if rc == -2:
+            self._fail(f"column {rb.version.column_names[i]!r} holds more than 2 GiB in one "
+                       "batch; feed smaller batches", m, 0)
+        raise MemoryError()
+
+    cdef int _value_fail(self, const MsgRef *m, RelBuilders rb, int i, uint8_t kind,
+                         const unsigned char *p, Py_ssize_t n, const char *why,
+                         Py_ssize_t at) except -1:
+        v = rb.version
+        shown = bytes(<const unsigned char[:min(n, 60)]>p)
+        reason = (<bytes>why).decode() if why != NULL else "bad value"
+        self._fail(f"{reason}: column {v.column_names[i]!r} of {v.qualified_name} "
+                   f"(type oid {v.columns[i].type_oid}, {'text' if kind == 116 else 'binary'}) "
+                   f"value {shown!r}", m, at)
+
+    # -- change-event table --------------------------------------------------------
+    cdef int _ev_row(self, RelBuilders rb, const MsgRef *m, char op, int dummy) except -1:
+        cdef int64_t relid = rb.version.relid
+        cdef int32_t rid = rb.id
+        if (meta_append(&self.ev_meta, m.lsn, &self.ctx, op) < 0
+                or buf_append(&self.ev_relid, &relid, 8) < 0 or buf_append(&self.ev_rb, &rid, 4) < 0):
+            raise MemoryError()
+        if op == b't':
+            self._ev_kind(0)
+        return 0
+
+    cdef inline int _ev_kind(self, uint8_t kind) except -1:
+        if buf_append(&self.ev_before_kind, &kind, 1) < 0:
+            raise MemoryError()
+        return 0
+
+    cdef int _ev_toast_end(self) except -1:
+        cdef int32_t zero = 0
+        cdef int32_t end = <int32_t>(self.ev_toast_ids.len >> 2)
+        if self.ev_toast_off.len == 0 and buf_append(&self.ev_toast_off, &zero, 4) < 0:
+            raise MemoryError()
+        if buf_append(&self.ev_toast_off, &end, 4) < 0:
+            raise MemoryError()
+        return 0
+
+    cdef int _ev_value(self, MapB *mb, RelBuilders rb, int i, uint8_t kind,
+                       const unsigned char *p, Py_ssize_t n, const MsgRef *m, Py_ssize_t at) except -1:
+        cdef const char *why = NULL
+        cdef int rc
+        if buf_append(&mb.key_ids, &rb.name_ids[i], 4) < 0:
+            raise MemoryError()
+        if kind == 116:
+            if col_push_bytes(mb.values, p, n) < 0:
+                raise MemoryError()
+        else:
+            ct = rb.col_types[i]
+            rc = fmt_binary_as_text(ct.kind, ct.precision, ct.scale, ct.elem_kind, p, n,
+                                    &mb.values.data, &why)
+            if rc < 0:
+                self._value_fail(m, rb, i, kind, p, n, why, at)
+        rc = col_end_row(mb.values, 1, 0)
+        if rc < 0:
+            self._builder_fail(rc, m, rb, i)
+        return 0
+
+    cdef void _ev_truncate(self, Py_ssize_t rows):
+        cdef int32_t end
+        if rows >= self.ev_meta.rows:
+            return
+        meta_truncate(&self.ev_meta, rows)
+        self.ev_relid.len = 8 * rows
+        self.ev_rb.len = 4 * rows
+        self.ev_before_kind.len = rows
+        map_truncate(&self.ev_before, rows)
+        map_truncate(&self.ev_after, rows)
+        if self.ev_toast_off.len:
+            memcpy(&end, self.ev_toast_off.data + 4 * rows, 4)
+            self.ev_toast_off.len = 4 * (rows + 1)
+            self.ev_toast_ids.len = 4 * end
+
+    # -- output --------------------------------------------------------------------
+    cdef object _specials_column(self, RelBuilders rb, Py_ssize_t n):
+        """map<string,string> per row: values the typed column could not represent."""
+        typ = MAP_TYPE
+        if not rb.specials:
+            return pa.nulls(n, typ)
+        names = rb.version.column_names
+        per_row = {}
+        for row, i, is_old, fmt, data in rb.specials:
+            if fmt == "t":
+                text = data.decode("utf-8", "surrogateescape")
+            else:
+                text = self._format_binary(rb.col_types[i], data)
+            key = ("_before." if is_old else "") + names[i]
+            per_row.setdefault(row if not is_old else self._main_row_of_before(rb, row), []).append((key, text))
+        return pa.array([per_row.get(r) for r in range(n)], typ)
+
+    cdef Py_ssize_t _main_row_of_before(self, RelBuilders rb, Py_ssize_t brow):
+        cdef int32_t v
+        memcpy(&v, rb.before_rows.data + 4 * brow, 4)
+        return v
+
+    cdef str _format_binary(self, object ct, bytes data):
+        return format_binary_values(ct, [data])[0]
+
+    def export(self):
+        """(tables: [(RelationVersion, pa.Table)], events: pa.Table | None, messages: list)."""
+        cdef RelBuilders rb
+        tables = []
+        for rb in self.rb_all:
+            if rb.meta.rows:
+                if rb.dirty:
+                    rb.rollback()
+                if rb.meta.rows:
+                    # specials refer to before-rows by position; resolve before export clears them
+                    tables.append((rb.version, rb.export(self)))
+        events = self._export_events() if self.want_events else None
+        msgs = self.out_messages
+        self.out_messages = []
+        return tables, events, msgs
+
+    cdef object _export_events(self):
+        cdef Py_ssize_t n = self.ev_committed
+        self._ev_truncate(n)
+        meta = meta_export(&self.ev_meta, self.origins, "")
+        rb_ids = pa.array(_np_from_buf(&self.ev_rb, np.int32, n))
+        schemas = pa.array([rb.version.schema for rb in self.rb_all], pa.string()).take(rb_ids)
+        tables = pa.array([rb.version.relname for rb in self.rb_all], pa.string()).take(rb_ids)
+        relid = pa.array(_np_from_buf(&self.ev_relid, np.int64, n), pa.int64())
+        kinds = _np_from_buf(&self.ev_before_kind, np.uint8, n)
+        kind_idx = np.where(kinds == 75, 0, np.where(kinds == 79, 1, -1)).astype(np.int32)
+        before_kind = pa.array(["K", "O"], pa.string()).take(pa.array(kind_idx, mask=(kind_idx < 0)))
+        before = map_export(&self.ev_before, self.names)
+        after = map_export(&self.ev_after, self.names)
+        if self.ev_toast_off.len == 0:
+            toast_off = np.zeros(n + 1, np.int32)
+        else:
+            toast_off = _np_from_buf(&self.ev_toast_off, np.int32, n + 1)
+        nt = int(toast_off[n]) if n else 0
+        toast_names = pa.array(self.names, pa.string()).take(pa.array(_np_from_buf(&self.ev_toast_ids, np.int32, nt)))
+        toast = pa.ListArray.from_arrays(pa.array(toast_off), toast_names)
+        self.ev_committed = 0
+        cols = {
+            "lsn": meta["lsn"], "commit_lsn": meta["commit_lsn"], "commit_ts": meta["commit_ts"],
+            "xid": meta["xid"], "seq": meta["seq"], "op": meta["op"], "schema": schemas,
+            "table": tables, "relid": relid, "before": before, "before_kind": before_kind,
+            "after": after, "unchanged_toast": toast, "origin": meta["origin"],
+        }
+        return pa.Table.from_pydict(cols, schema=EVENT_SCHEMA)
+
+    def pending_summary(self):
+        """What is held back: open streams and prepared transactions."""
+        return {
+            "streams": {x: sp.size() for x, sp in self.streams.items()},
+            "prepared": {g: sp.size() for g, sp in self.prepared.items()},
+            "carry_messages": len(self.carry),
+        }
+
+
+cdef int64_t _unix_ts(int64_t pg_us) except? -1:
+    if pg_us > 0x7FFFFFFFFFFFFFFF - PGO_UNIX_EPOCH_US:
+        raise DecodeError(f"commit timestamp {pg_us} out of range", None, None)
+    return pg_us + PGO_UNIX_EPOCH_US
+
+
+EVENT_SCHEMA = pa.schema([
+    pa.field("lsn", pa.int64()),
+    pa.field("commit_lsn", pa.int64(), nullable=False),
+    pa.field("commit_ts", pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field("xid", pa.int64(), nullable=False),
+    pa.field("seq", pa.int64(), nullable=False),
+    pa.field("op", pa.string(), nullable=False),
+    pa.field("schema", pa.string(), nullable=False),
+    pa.field("table", pa.string(), nullable=False),
+    pa.field("relid", pa.int64(), nullable=False),
+    pa.field("before", MAP_TYPE),
+    pa.field("before_kind", pa.string()),
+    pa.field("after", MAP_TYPE),
+    pa.field("unchanged_toast", pa.list_(pa.string())),
+    pa.field("origin", pa.string()),
+])
+
+
+cdef class MessageBatch:
+    """The messages of one feed() as a C array of (pointer, length, lsn), zero copy.
+
+    Accepts pa.BinaryArray / LargeBinaryArray / ChunkedArray of those, or any sequence
+    of bytes-like objects. The batch keeps whatever owns the memory alive.
+    """
+    cdef MsgRef *refs
+    cdef Py_ssize_t n
+    cdef Py_ssize_t cap
+    cdef list owners
+
+    def __cinit__(self):
+        self.owners = []
+
+    def __dealloc__(self):
+        free(self.refs)
+
+    cdef int _grow(self, Py_ssize_t extra) except -1:
+        cdef Py_ssize_t need = self.n + extra
+        cdef MsgRef *p
+        if need <= self.cap:
+            return 0
+        cap = max(need, self.cap * 2, 64)
+        p = <MsgRef *>realloc(self.refs, sizeof(MsgRef) * cap)
+        if p == NULL:
+            raise MemoryError()
+        self.refs = p
+        self.cap = cap
+        return 0
+
+    def add_pairs(self, list pairs):
+        """[(lsn, bytes)] carried over from the previous feed."""
+        cdef bytes b
+        self._grow(len(pairs))
+        for lsn, b in pairs:
+            self.owners.append(b)
+            self.refs[self.n].p = <const unsigned char *>PyBytes_AS_STRING(b)
+            self.refs[self.n].n = PyBytes_GET_SIZE(b)
+            self.refs[self.n].lsn = lsn
+            self.n += 1
+
+    def add(self, messages, lsn=None):
+        cdef Py_ssize_t start = self.n
+        cdef Py_ssize_t i, count
+        cdef const int32_t *off32
+        cdef const int64_t *off64
+        cdef const unsigned char *data
+        cdef const uint64_t *lsns
+        if isinstance(messages, pa.ChunkedArray):
+            for chunk in messages.chunks:
+                self.add(chunk)
+        elif isinstance(messages, pa.Array):
+            t = messages.type
+            if not (pa.types.is_binary(t) or pa.types.is_large_binary(t)
+                    or pa.types.is_string(t) or pa.types.is_large_string(t)):
+                raise TypeError(f"messages must be a binary Arrow array, not {t}")
+            if messages.null_count:
+                raise DecodeError("a message is null", None, None,
+                                  int(pa.compute.index(messages.is_null(), True).as_py()) + start)
+            count = len(messages)
+            self._grow(count)
+            bufs = messages.buffers()
+            self.owners.append(messages)
+            if count:
+                data = <const unsigned char *><size_t>(bufs[2].address if bufs[2] is not None else 0)
+                if pa.types.is_large_binary(t) or pa.types.is_large_string(t):
+                    off64 = <const int64_t *><size_t>bufs[1].address
+                    off64 += <Py_ssize_t>messages.offset
+                    for i in range(count):
+                        self.refs[self.n + i].p = data + off64[i]
+                        self.refs[self.n + i].n = off64[i + 1] - off64[i]
+                        self.refs[self.n + i].lsn = 0
+                else:
+                    off32 = <const int32_t *><size_t>bufs[1].address
+                    off32 += <Py_ssize_t>messages.offset
+                    for i in range(count):
+                        self.refs[self.n + i].p = data + off32[i]
+                        self.refs[self.n + i].n = off32[i + 1] - off32[i]
+                        self.refs[self.n + i].lsn = 0
+            self.n += count
+        else:
+            for m in messages:
+                if not PyBytes_Check(m):
+                    m = bytes(m)
+                self._grow(1)
+                self.owners.append(m)
+                self.refs[self.n].p = <const unsigned char *>PyBytes_AS_STRING(m)
+                self.refs[self.n].n = PyBytes_GET_SIZE(m)
+                self.refs[self.n].lsn = 0
+                self.n += 1
+        if lsn is not None:
+            if isinstance(lsn, (pa.Array, pa.ChunkedArray)):
+                lsn = lsn.fill_null(0).to_numpy(zero_copy_only=False)
+            arr = np.ascontiguousarray(np.asarray(lsn).astype(np.uint64, copy=False))
+            if arr.ndim != 1 or arr.shape[0] != self.n - start:
+                raise ValueError(f"lsn has {arr.shape[0] if arr.ndim == 1 else arr.shape} values "
+                                 f"for {self.n - start} messages")
+            lsns = <const uint64_t *><size_t>arr.ctypes.data
+            for i in range(self.n - start):
+                self.refs[start + i].lsn = lsns[i]
+
+    def __len__(self):
+        return self.n
+
+    def feed_into(self, DecoderCore core):
+        core.feed(self, self.n, <size_t>self.refs)

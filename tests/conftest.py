@@ -1,0 +1,36 @@
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "fixtures")
+if HERE not in sys.path:  # helpers (strategies.py) importable under --import-mode=importlib
+    sys.path.insert(0, HERE)
+
+FIXTURE_NAMES = sorted(f[:-5] for f in os.listdir(FIXTURES) if f.endswith(".pgoc"))
+
+
+def load_fixture(name):
+    from pgoutput_fast.framing import read_capture
+
+    return read_capture(os.path.join(FIXTURES, name + ".pgoc"))
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A private PostgreSQL (wal_level=logical) for the whole session."""
+    from pgoutput_fast.testing.postgres import PostgresServer
+
+    server = PostgresServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_unraisable(recwarn):
+    """Fail a test whose run produced an 'Exception ignored' (unraisable) warning."""
+    yield
+    bad = [w for w in recwarn.list if issubclass(w.category, pytest.PytestUnraisableExceptionWarning)]
+    assert not bad, f"unraisable exception during test: {bad[0].message}"

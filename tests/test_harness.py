@@ -1,0 +1,132 @@
+"""The real-PostgreSQL test harness itself, and the committed capture fixtures.
+
+Server tests are marked ``postgres`` and are skipped when no PostgreSQL server binaries
+can be found (see ``pgoutput_fast.testing.postgres.find_bindir``).
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import json
+import os
+
+import pytest
+
+from pgoutput_fast.framing import read_framed
+from pgoutput_fast.testing import sqlcapture, workload
+from pgoutput_fast.testing.postgres import PostgresServer, find_bindir
+
+FIXTURES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+ALL_TYPES = "BCORYIUDTMSEcAbPKrp"
+
+
+@pytest.fixture(scope="module")
+def pg():
+    if find_bindir(required=False) is None:
+        pytest.skip("no PostgreSQL server binaries (apt-get install -y postgresql, or set PGOUTPUT_FAST_PG_BIN)")
+    with PostgresServer() as server:
+        yield server
+
+
+def _types(rows):
+    return [chr(data[0]) for _lsn, _xid, data in rows]
+
+
+@pytest.mark.postgres
+def test_server_basics(pg):
+    assert pg.version_num >= 140000
+    assert pg.host == "127.0.0.1" and isinstance(pg.port, int)
+    assert os.path.isdir(pg.datadir)
+    conn = pg.connect()
+    try:
+        assert conn.autocommit
+        with conn.cursor() as cur:
+            cur.execute("SELECT current_setting('wal_level'), current_setting('max_prepared_transactions')")
+            assert cur.fetchone() == ("logical", "20")
+            cur.execute("SELECT current_user")
+            assert cur.fetchone() == ("postgres",)
+    finally:
+        conn.close()
+    assert f"port={pg.port}" in pg.dsn("x") and "dbname=x" in pg.dsn("x")
+
+
+@pytest.mark.postgres
+def test_run_basic_text_and_binary(pg):
+    conn = pg.connect()
+    cap = pg.connect()
+    try:
+        sqlcapture.session_settings(cap)
+        pub = workload.create_schema(conn, "pgo_h")
+        slot = workload.create_slot(conn, "harness_basic")
+        workload.run_basic(conn, "pgo_h", seed=1)
+
+        text = sqlcapture.peek_changes(cap, slot, proto_version=1, publication_names=pub)
+        binary = sqlcapture.peek_changes(cap, slot, proto_version=1, publication_names=[pub], binary=True)
+        with_msgs = sqlcapture.peek_changes(cap, slot, proto_version=1, publication_names=pub, messages=True)
+
+        for rows in (text, binary, with_msgs):
+            seen = set(_types(rows))
+            assert set("BCIUDTR") <= seen, sorted(seen)
+            assert {"Y", "O"} <= seen  # enum/domain columns; the replication-origin transaction
+            for lsn, xid, data in rows:
+                assert isinstance(lsn, int) and lsn > 0
+                assert isinstance(xid, int) and isinstance(data, bytes)
+        # the binary option changes values, never the message sequence
+        assert _types(text) == _types(binary)
+        assert "M" not in _types(text)
+        assert collections.Counter(_types(with_msgs))["M"] == 4
+        assert [t for t in _types(with_msgs) if t != "M"] != []
+        # Begin and Commit pair up
+        counts = collections.Counter(_types(text))
+        assert counts["B"] == counts["C"]
+
+        # get advances the slot, peek does not
+        got = sqlcapture.get_changes(cap, slot, proto_version=1, publication_names=pub)
+        assert [d for *_, d in got] and _types(got) == _types(text)
+        assert sqlcapture.peek_changes(cap, slot, proto_version=1, publication_names=pub) == []
+        workload.drop_slot(conn, slot)
+    finally:
+        cap.close()
+        conn.close()
+
+
+def test_build_options():
+    opts = sqlcapture.build_options(
+        proto_version=3, publication_names=["a", "Mixed Case"], binary=True, streaming=True, two_phase=True
+    )
+    assert opts == [
+        "proto_version", "3", "publication_names", 'a,"Mixed Case"', "binary", "true",
+        "streaming", "on", "two_phase", "on",
+    ]
+    assert sqlcapture.build_options(proto_version=1, publication_names="p") == [
+        "proto_version", "1", "publication_names", "p",
+    ]
+    assert sqlcapture.parse_pg_lsn("16/B374D848") == 0x16B374D848
+    assert workload.pg_array_literal(["a b", None, "", "NULL", 'q"', "x"]) == '{"a b",NULL,"","NULL","q\\"",x}'
+
+
+def _sidecars():
+    return sorted(glob.glob(os.path.join(FIXTURES_DIR, "*.json")))
+
+
+def test_fixture_sidecars_match_captures():
+    sidecars = _sidecars()
+    assert sidecars, "no committed fixtures; run tests/fixtures/make_fixtures.py"
+    union = set()
+    for path in sidecars:
+        with open(path, encoding="utf-8") as f:
+            meta = json.load(f)
+        lsns, msgs = read_framed(os.path.join(FIXTURES_DIR, meta["file"]))
+        counts = collections.Counter(chr(m[0]) for m in msgs)
+        assert sorted(meta["message_types"]) == sorted(counts), path
+        assert meta["message_type_counts"] == dict(counts), path
+        assert meta["message_count"] == len(msgs) == len(lsns), path
+        assert meta["server_version_num"] >= 140000
+        opts = meta["capture"]["options"]
+        assert opts["proto_version"] in {"1", "2", "3", "4"}
+        assert all(isinstance(v, str) for v in opts.values())
+        # every message in a committed capture has a known type byte
+        assert set(counts) <= set(ALL_TYPES), path
+        union |= set(counts)
+    assert union == set(ALL_TYPES), sorted(set(ALL_TYPES) - union)
