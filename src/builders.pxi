@@ -35,13 +35,79 @@ cdef struct Column:
     Buf validity
     Buf toast
     Py_ssize_t length
+    Py_ssize_t nulls      # validity is materialised only once the first null arrives
     bint any_toast
     bint any_binary       # a 'b' value was stored (for adaptive UNKNOWN columns)
     Column *child         # element column of LAYOUT_LIST
 
 
+# -- a small cache of large released blocks ---------------------------------------
+# Output buffers are handed to Arrow and freed when the arrays die. glibc returns big
+# blocks to the kernel, so the next batch would write into fresh pages, and a page
+# fault + kernel zeroing per 4 KiB costs more than decoding into warm memory. Keeping a
+# bounded number of released blocks lets steady-state decoding reuse them. Only
+# touched with the GIL held (all builder growth happens inside feed()).
+
+DEF CACHE_SLOTS = 48
+DEF CACHE_MIN_BLOCK = 1 << 20
+cdef void *_cache_ptr[CACHE_SLOTS]
+cdef Py_ssize_t _cache_size[CACHE_SLOTS]
+cdef int _cache_n = 0
+cdef Py_ssize_t _cache_total = 0
+cdef Py_ssize_t _cache_limit = 256 << 20
+
+
+cdef void release_block(void *p, Py_ssize_t size) noexcept nogil:
+    global _cache_n, _cache_total
+    if p == NULL:
+        return
+    if size >= CACHE_MIN_BLOCK and _cache_n < CACHE_SLOTS and _cache_total + size <= _cache_limit:
+        _cache_ptr[_cache_n] = p
+        _cache_size[_cache_n] = size
+        _cache_n += 1
+        _cache_total += size
+    else:
+        free(p)
+
+
+cdef void *acquire_block(Py_ssize_t need, Py_ssize_t *size) noexcept nogil:
+    """The smallest cached block of at least `need` bytes, or NULL."""
+    global _cache_n, _cache_total
+    cdef int i, best = -1
+    for i in range(_cache_n):
+        if _cache_size[i] >= need and (best < 0 or _cache_size[i] < _cache_size[best]):
+            best = i
+    if best < 0:
+        return NULL
+    cdef void *p = _cache_ptr[best]
+    size[0] = _cache_size[best]
+    _cache_total -= _cache_size[best]
+    _cache_n -= 1
+    _cache_ptr[best] = _cache_ptr[_cache_n]
+    _cache_size[best] = _cache_size[_cache_n]
+    return p
+
+
+def set_buffer_cache_limit(Py_ssize_t nbytes):
+    """Bytes of released output buffers kept for reuse (0 disables; default 256 MiB)."""
+    global _cache_limit, _cache_n, _cache_total
+    _cache_limit = nbytes
+    while _cache_n and _cache_total > _cache_limit:
+        _cache_n -= 1
+        _cache_total -= _cache_size[_cache_n]
+        free(_cache_ptr[_cache_n])
+
+
+def buffer_cache_info():
+    return {"blocks": _cache_n, "bytes": _cache_total, "limit": _cache_limit}
+
+
 cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
-    """Make room for `extra` more bytes; new memory is zeroed. 0 ok, -1 out of memory."""
+    """Make room for `extra` more bytes (not zeroed: writers initialise what they use).
+
+    0 ok, -1 out of memory. Fresh pages are zeroed by the kernel only when first
+    touched, so growing by doubling costs no more than the memory actually written.
+    """
     cdef Py_ssize_t need = b.len + extra
     cdef Py_ssize_t cap
     cdef unsigned char *p
@@ -50,10 +116,18 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
     cap = b.cap * 2 if b.cap >= 64 else 64
     while cap < need:
         cap *= 2
+    if cap >= CACHE_MIN_BLOCK:
+        p = <unsigned char *>acquire_block(cap, &cap)
+        if p != NULL:
+            if b.len:
+                memcpy(p, b.data, <size_t>b.len)
+            free(b.data)
+            b.data = p
+            b.cap = cap
+            return 0
     p = <unsigned char *>realloc(b.data, <size_t>cap)
     if p == NULL:
         return -1
-    memset(p + b.cap, 0, <size_t>(cap - b.cap))
     b.data = p
     b.cap = cap
     return 0
@@ -67,6 +141,39 @@ cdef inline int buf_append(Buf *b, const void *src, Py_ssize_t n) noexcept nogil
     return 0
 
 
+# fixed-size appends: constant-size memcpy compiles to a plain store
+cdef inline int buf_append1(Buf *b, uint8_t v) noexcept nogil:
+    if b.cap == b.len and buf_reserve(b, 1) < 0:
+        return -1
+    b.data[b.len] = v
+    b.len += 1
+    return 0
+
+
+cdef inline int buf_append4(Buf *b, const void *src) noexcept nogil:
+    if b.cap - b.len < 4 and buf_reserve(b, 4) < 0:
+        return -1
+    memcpy(b.data + b.len, src, 4)
+    b.len += 4
+    return 0
+
+
+cdef inline int buf_append8(Buf *b, const void *src) noexcept nogil:
+    if b.cap - b.len < 8 and buf_reserve(b, 8) < 0:
+        return -1
+    memcpy(b.data + b.len, src, 8)
+    b.len += 8
+    return 0
+
+
+cdef inline int buf_append16(Buf *b, const void *src) noexcept nogil:
+    if b.cap - b.len < 16 and buf_reserve(b, 16) < 0:
+        return -1
+    memcpy(b.data + b.len, src, 16)
+    b.len += 16
+    return 0
+
+
 cdef inline void buf_free(Buf *b) noexcept nogil:
     free(b.data)
     b.data = NULL
@@ -76,9 +183,10 @@ cdef inline void buf_free(Buf *b) noexcept nogil:
 
 cdef inline int bit_set(Buf *b, Py_ssize_t i, bint value) noexcept nogil:
     cdef Py_ssize_t byte = i >> 3
-    if byte >= b.cap and buf_reserve(b, byte + 1 - b.len) < 0:
-        return -1
     if byte >= b.len:
+        if byte >= b.cap and buf_reserve(b, byte + 1 - b.len) < 0:
+            return -1
+        memset(b.data + b.len, 0, <size_t>(byte + 1 - b.len))
         b.len = byte + 1
     if value:
         b.data[byte] |= <unsigned char>(1 << (i & 7))
@@ -116,6 +224,12 @@ cdef void col_free(Column *c) noexcept nogil:
 # -- what parsers call -------------------------------------------------------------
 
 cdef inline int col_push_fixed(Column *c, const void *value) noexcept nogil:
+    if c.fixed_width == 8:
+        return buf_append8(&c.data, value)
+    if c.fixed_width == 4:
+        return buf_append4(&c.data, value)
+    if c.fixed_width == 16:
+        return buf_append16(&c.data, value)
     return buf_append(&c.data, value, c.fixed_width)
 
 
@@ -135,16 +249,16 @@ cdef inline int col_end_row(Column *c, bint valid, bint toast) noexcept nogil:
     cdef Py_ssize_t i = c.length
     if c.layout == LAYOUT_VARLEN or c.layout == LAYOUT_LIST:
         if c.offsets.len == 0:
-            if buf_reserve(&c.offsets, 8) < 0:
+            end = 0
+            if buf_append(&c.offsets, &end, 4) < 0:
                 return -1
-            c.offsets.len = 4          # offsets[0] = 0 (zeroed memory)
         if c.layout == LAYOUT_VARLEN:
             if c.data.len > 0x7FFFFFFF:
                 return -2              # int32 offsets overflow: caller flushes earlier
             end = <int32_t>c.data.len
         else:
             end = <int32_t>c.child.length
-        if buf_append(&c.offsets, &end, 4) < 0:
+        if buf_append4(&c.offsets, &end) < 0:
             return -1
     elif not valid:
         if c.layout == LAYOUT_FIXED:
@@ -155,13 +269,32 @@ cdef inline int col_end_row(Column *c, bint valid, bint toast) noexcept nogil:
         else:
             if bit_set(&c.data, i, 0) < 0:
                 return -1
-    if bit_set(&c.validity, i, valid) < 0:
-        return -1
+    if not valid:
+        if c.nulls == 0 and _validity_backfill(c) < 0:
+            return -1
+        c.nulls += 1
+        if bit_set(&c.validity, i, 0) < 0:
+            return -1
+    elif c.nulls:
+        if bit_set(&c.validity, i, 1) < 0:
+            return -1
     if toast or c.any_toast:
         if bit_set(&c.toast, i, toast) < 0:
             return -1
         c.any_toast = c.any_toast or toast
     c.length = i + 1
+    return 0
+
+
+cdef int _validity_backfill(Column *c) noexcept nogil:
+    """First null of the column: rows 0..length-1 were all valid."""
+    cdef Py_ssize_t nbytes = (c.length + 7) >> 3
+    c.validity.len = 0
+    if nbytes:
+        if buf_reserve(&c.validity, nbytes) < 0:
+            return -1
+        memset(c.validity.data, 0xFF, <size_t>nbytes)
+        c.validity.len = nbytes
     return 0
 
 
@@ -181,10 +314,12 @@ cdef void col_truncate(Column *c, Py_ssize_t n) noexcept nogil:
             c.data.len = end
         else:
             col_truncate(c.child, end)
-    c.validity.len = (n + 7) >> 3
-    if c.toast.len > c.validity.len:
-        c.toast.len = c.validity.len
     c.length = n
+    if c.nulls:
+        c.validity.len = (n + 7) >> 3
+        c.nulls = _popcount_zero_bits(&c.validity, n)
+    if c.toast.len > (n + 7) >> 3:
+        c.toast.len = (n + 7) >> 3
 
 
 # -- export ------------------------------------------------------------------------
@@ -196,7 +331,7 @@ cdef class NativeBuffer:
     cdef Py_ssize_t shape[1]
 
     def __dealloc__(self):
-        free(self.ptr)
+        release_block(self.ptr, self.size)
 
     def __getbuffer__(self, Py_buffer *view, int flags):
         view.buf = <void *>self.ptr
@@ -223,6 +358,7 @@ cdef object _take_buf(Buf *b, Py_ssize_t exact):
     if exact > b.len:            # bitmaps may be shorter than needed when all bits are 0
         if buf_reserve(b, exact - b.len) < 0:
             raise MemoryError()
+        memset(b.data + b.len, 0, <size_t>(exact - b.len))
         b.len = exact
     if b.data == NULL:
         b.data = <unsigned char *>malloc(1)
@@ -253,22 +389,23 @@ cdef object col_export(Column *c, object arrow_type):
     """Arrow array of the column's rows (the column is left empty for reuse)."""
     cdef Py_ssize_t n = c.length
     cdef Py_ssize_t nbitmap = (n + 7) >> 3
-    cdef Py_ssize_t nulls = _popcount_zero_bits(&c.validity, n) if n else 0
+    cdef Py_ssize_t nulls = c.nulls
     validity = _take_buf(&c.validity, nbitmap) if nulls else None
     if not nulls:
         buf_free(&c.validity)
+    c.nulls = 0
     if c.layout == LAYOUT_FIXED:
         arr = pa.Array.from_buffers(arrow_type, n, [validity, _take_buf(&c.data, n * c.fixed_width)], nulls)
     elif c.layout == LAYOUT_BOOL:
         arr = pa.Array.from_buffers(arrow_type, n, [validity, _take_buf(&c.data, nbitmap)], nulls)
     elif c.layout == LAYOUT_VARLEN:
         if n == 0:
-            buf_reserve(&c.offsets, 4)
+            c.offsets.len = 0
         offsets = _take_buf(&c.offsets, 4 * (n + 1))
         arr = pa.Array.from_buffers(arrow_type, n, [validity, offsets, _take_buf(&c.data, c.data.len)], nulls)
     else:
         if n == 0:
-            buf_reserve(&c.offsets, 4)
+            c.offsets.len = 0
         offsets = _take_buf(&c.offsets, 4 * (n + 1))
         child = col_export(c.child, arrow_type.value_type)
         arr = pa.Array.from_buffers(arrow_type, n, [validity, offsets], nulls, children=[child])

@@ -73,10 +73,10 @@ cdef struct Meta:
 cdef inline int meta_append(Meta *m, uint64_t lsn, Ctx *ctx, char op) noexcept nogil:
     cdef int64_t v = <int64_t>lsn
     cdef unsigned char o = <unsigned char>op
-    if (buf_append(&m.lsn, &v, 8) < 0 or buf_append(&m.commit_lsn, &ctx.commit_lsn, 8) < 0
-            or buf_append(&m.commit_ts, &ctx.commit_ts, 8) < 0
-            or buf_append(&m.xid, &ctx.xid, 8) < 0 or buf_append(&m.seq, &ctx.seq, 8) < 0
-            or buf_append(&m.op, &o, 1) < 0 or buf_append(&m.origin, &ctx.origin, 4) < 0):
+    if (buf_append8(&m.lsn, &v) < 0 or buf_append8(&m.commit_lsn, &ctx.commit_lsn) < 0
+            or buf_append8(&m.commit_ts, &ctx.commit_ts) < 0
+            or buf_append8(&m.xid, &ctx.xid) < 0 or buf_append8(&m.seq, &ctx.seq) < 0
+            or buf_append1(&m.op, o) < 0 or buf_append4(&m.origin, &ctx.origin) < 0):
         return -1
     m.rows += 1
     return 0
@@ -203,6 +203,7 @@ cdef class RelBuilders:
     """Typed column builders of one relation version (new image, old image, metadata)."""
     cdef readonly object version       # catalog.RelationVersion
     cdef readonly int id
+    cdef uint32_t relid
     cdef int ncols
     cdef Column **cols                 # new image (old image for deletes)
     cdef Column **before               # old images, dense over rows that have one
@@ -251,6 +252,7 @@ cdef class RelBuilders:
         cdef int i
         self.version = version
         self.id = rb_id
+        self.relid = version.relid
         self.col_types = version.column_types
         self.ncols = len(version.columns)
         self.name_ids = <int32_t *>malloc(sizeof(int32_t) * (self.ncols + 1))
@@ -469,6 +471,7 @@ cdef class DecoderCore:
     """Native decoder state machine; see pgoutput_fast.decoder.Decoder for the API."""
     cdef public object catalog
     cdef dict rb_current            # relid -> RelBuilders
+    cdef RelBuilders last_rb        # one-entry cache of rb_current (consecutive changes)
     cdef dict rb_by_version         # (relid, version) -> RelBuilders
     cdef list rb_all                # id -> RelBuilders
     cdef list dirty                 # RelBuilders touched by the open B..C transaction
@@ -559,6 +562,7 @@ cdef class DecoderCore:
             self.rb_all.append(rb)
             self.rb_by_version[key] = rb
         self.rb_current[version.relid] = rb
+        self.last_rb = None
         return rb
 
     cdef int32_t _origin_id(self, str name):
@@ -857,7 +861,11 @@ cdef class DecoderCore:
         cdef RelBuilders rb
         if rd_u32(c, relid) < 0:
             self._fail_cursor(c)
+        rb = self.last_rb
+        if rb is not None and rb.relid == relid[0]:
+            return rb
         rb = self.rb_current.get(relid[0])
+        self.last_rb = rb
         if rb is None:
             self._fail(f"change for relation {relid[0]} before any Relation message for it", m, c.pos - 4)
         return rb
@@ -1115,7 +1123,7 @@ cdef class DecoderCore:
 
     # -- change-event table --------------------------------------------------------
     cdef int _ev_row(self, RelBuilders rb, const MsgRef *m, char op, int dummy) except -1:
-        cdef int64_t relid = rb.version.relid
+        cdef int64_t relid = rb.relid
         cdef int32_t rid = rb.id
         if (meta_append(&self.ev_meta, m.lsn, &self.ctx, op) < 0
                 or buf_append(&self.ev_relid, &relid, 8) < 0 or buf_append(&self.ev_rb, &rid, 4) < 0):

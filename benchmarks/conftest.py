@@ -1,0 +1,53 @@
+"""pytest-benchmark suites (kept out of the unit run): `pytest benchmarks/`.
+
+Each benchmark records its median time in RESULTS; at the end of the session the
+same-run ratios (native vs reference, decode vs memcpy, ...) are printed.
+"""
+
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+
+RESULTS = {}  # name -> dict(median=seconds, bytes=..., rows=..., messages=...)
+
+
+def record(benchmark, name, **sizes):
+    """Attach throughput figures to a finished benchmark and remember it for ratios."""
+    median = benchmark.stats.stats.median
+    info = {"median": median, **sizes}
+    for k, v in sizes.items():
+        if k == "bytes":
+            benchmark.extra_info["MB/s"] = round(v / median / 1e6, 1)
+        elif k in ("rows", "messages"):
+            benchmark.extra_info[f"{k}/s"] = round(v / median)
+    RESULTS[name] = info
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not RESULTS:
+        return
+    tr = terminalreporter
+    tr.section("pgoutput_fast throughput (medians, this run)")
+    for name, info in sorted(RESULTS.items()):
+        parts = []
+        if "bytes" in info:
+            parts.append(f"{info['bytes'] / info['median'] / 1e6:9.1f} MB/s")
+        if "rows" in info:
+            parts.append(f"{info['rows'] / info['median'] / 1e6:7.2f} M rows/s")
+        if "messages" in info:
+            parts.append(f"{info['messages'] / info['median'] / 1e6:7.2f} M msgs/s")
+        tr.write_line(f"{name:48s} " + "  ".join(parts))
+    ratios = []
+    for name, info in RESULTS.items():
+        base = info.get("baseline")
+        if base and base in RESULTS:
+            ratios.append((name, base, RESULTS[base]["median"] / info["median"]))
+    if ratios:
+        tr.section("same-run ratios (how many times faster than the baseline)")
+        for name, base, r in sorted(ratios):
+            tr.write_line(f"{name:48s} vs {base:36s} {r:8.2f}x")

@@ -1,0 +1,45 @@
+# Shared set-up for scripts/test.sh and scripts/demo.sh (sourced, not run).
+# Installs what is missing: Debian's PostgreSQL server (when root or with sudo), a
+# virtualenv in .venv, and this package with its native extension built from src/.
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${PGOUTPUT_FAST_VENV:-$ROOT/.venv}"
+PY="${PYTHON:-python3}"
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+have_pg_server() {
+    [ -n "${PGOUTPUT_FAST_PG_BIN:-}" ] && [ -x "$PGOUTPUT_FAST_PG_BIN/initdb" ] && return 0
+    command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/initdb" ] && return 0
+    ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && return 0
+    return 1
+}
+
+ensure_postgres() {
+    if have_pg_server; then return 0; fi
+    local SUDO=""
+    if [ "$(id -u)" != 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+            log "PostgreSQL server binaries not found and not root: install Debian's 'postgresql' package or set PGOUTPUT_FAST_PG_BIN"
+            return 1
+        fi
+    fi
+    log "installing PostgreSQL (Debian package 'postgresql')"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq postgresql >/dev/null
+    have_pg_server
+}
+
+ensure_venv() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        log "creating virtualenv $VENV"
+        "$PY" -m venv "$VENV" || {
+            log "python venv module missing: installing python3-venv"
+            apt-get install -y -qq python3-venv >/dev/null && "$PY" -m venv "$VENV"
+        }
+        "$VENV/bin/python" -m pip install -q --upgrade pip
+    fi
+    log "building and installing pgoutput-fast (native extension from src/) into $VENV"
+    "$VENV/bin/python" -m pip install -q -e "$ROOT[$1]"
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The README's test command: sets up everything it needs, then runs the whole test
+# suite twice, against the native Cython implementation and the pure-Python reference.
+# Extra arguments go to pytest (e.g. scripts/test.sh -k decoder).
+set -euo pipefail
+source "$(dirname "$0")/_setup.sh"
+cd "$ROOT"
+ensure_postgres
+ensure_venv test
+
+status=0
+for impl in native python; do
+    log "pytest with PGOUTPUT_FAST_IMPL=$impl"
+    PGOUTPUT_FAST_IMPL=$impl "$VENV/bin/python" -m pytest tests -q "$@" || status=$?
+done
+exit $status
