@@ -134,6 +134,8 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
 
 
 cdef inline int buf_append(Buf *b, const void *src, Py_ssize_t n) noexcept nogil:
+    if n == 0:
+        return 0
     if b.cap - b.len < n and buf_reserve(b, n) < 0:
         return -1
     memcpy(b.data + b.len, src, <size_t>n)

@@ -1,6 +1,1405 @@
-# STUB
-cdef int fmt_binary_as_text(int kind, int precision, int scale, int elem_kind, const unsigned char *p, Py_ssize_t n, Buf *out, const char **why) noexcept nogil:
-    return buf_append(out, p, n)
+# Binary (send-format) value -> the text PostgreSQL's output function prints.
+#
+# The generic change-event table keeps every column as text. For binary-mode captures
+# ('b' TupleData) that text is rebuilt here, exactly as the server would have printed it
+# in a session with DateStyle=ISO, IntervalStyle=postgres, TimeZone=UTC,
+# extra_float_digits=3 and bytea_output=hex (PROTOCOL.md §4). Each formatter is a port
+# of the server's output function (float8out/Ryu, numeric_out, EncodeDateTime,
+# EncodeInterval, inet_net_ntop, array_out, ...) and accepts exactly what the matching
+# receive function accepts: anything else is "malformed" (-1 with a static reason).
+#
+# Writers reserve the worst-case size first and then store through a plain pointer
+# (`fmt_w_*` return the advanced pointer), so the only failure inside a formatter is
+# a failed reservation (out of memory). Every read from the input is bounds-checked.
+#
+# Everything here is prefixed fmt_/FMTK_ so it cannot clash with kinds.pxi and the
+# value parsers, which are written alongside.
+
+from libc.stdio cimport snprintf
+from libc.stdlib cimport strtod, strtof
+from libc.math cimport isnan, isinf, signbit
+from libc.string cimport memmove
+from libc.stdint cimport INT32_MIN, INT32_MAX, INT64_MIN, INT64_MAX
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+cimport cython
+
+
+# Value kinds: same numbers as pgoutput_fast/types.py (K_*).
+cdef enum:
+    FMTK_UNKNOWN = 0
+    FMTK_BOOL = 1
+    FMTK_INT2 = 2
+    FMTK_INT4 = 3
+    FMTK_INT8 = 4
+    FMTK_OID = 5
+    FMTK_FLOAT4 = 6
+    FMTK_FLOAT8 = 7
+    FMTK_DECIMAL = 8
+    FMTK_NUMERIC_STR = 9
+    FMTK_TEXT = 10
+    FMTK_BPCHAR = 11
+    FMTK_CHAR = 12
+    FMTK_BYTEA = 13
+    FMTK_JSON = 14
+    FMTK_JSONB = 15
+    FMTK_DATE = 16
+    FMTK_TIME = 17
+    FMTK_TIMETZ = 18
+    FMTK_TIMESTAMP = 19
+    FMTK_TIMESTAMPTZ = 20
+    FMTK_INTERVAL = 21
+    FMTK_UUID = 22
+    FMTK_INET = 23
+    FMTK_CIDR = 24
+    FMTK_MACADDR = 25
+    FMTK_MACADDR8 = 26
+    FMTK_ARRAY = 27
+    FMTK_LAST = 27
+
+
+# PostgreSQL's datetime constants (src/include/datatype/timestamp.h).
+cdef enum:
+    FMT_POSTGRES_EPOCH_JDATE = 2451545
+    FMT_DATE_END_JULIAN = 2147483494          # date2j(5874898, 1, 1)
+    FMT_TZDISP_LIMIT = 57600                  # (MAX_TZDISP_HOUR + 1) * SECS_PER_HOUR
+    FMT_MAX_ARRAY_SIZE = 134217727            # MaxAllocSize / sizeof(Datum)
+    FMT_MAXDIM = 6
+
+cdef int64_t FMT_USECS_PER_DAY = 86400000000
+cdef int64_t FMT_USECS_PER_HOUR = 3600000000
+cdef int64_t FMT_USECS_PER_MINUTE = 60000000
+cdef int64_t FMT_USECS_PER_SEC = 1000000
+cdef int64_t FMT_MIN_TIMESTAMP = -211813488000000000     # 4714-11-24 00:00:00 BC
+cdef int64_t FMT_END_TIMESTAMP = 9223371331200000000     # 294277-01-01 00:00:00
+cdef uint64_t FMT_F8_MANTISSA = 0xFFFFFFFFFFFFF
+
+# The reasons (shared word for word with pgoutput_fast/_reference/textformat.py).
+cdef const char *FMT_E_KIND = b"unsupported value kind"
+cdef const char *FMT_E_LENGTH = b"binary value has the wrong length for its type"
+cdef const char *FMT_E_NOMEM = b"out of memory"
+cdef const char *FMT_E_NUM_SHORT = b"numeric: value shorter than its 8-byte header"
+cdef const char *FMT_E_NUM_LEN = b"numeric: length does not match the digit count"
+cdef const char *FMT_E_NUM_SIGN = b"numeric: invalid sign"
+cdef const char *FMT_E_NUM_DIGIT = b"numeric: invalid base-10000 digit"
+cdef const char *FMT_E_NUM_SCALE = b"numeric: invalid display scale"
+cdef const char *FMT_E_JSONB = b"jsonb: unsupported version (expected 1)"
+cdef const char *FMT_E_DATE = b"date out of range"
+cdef const char *FMT_E_TIME = b"time out of range"
+cdef const char *FMT_E_TZ = b"time zone displacement out of range"
+cdef const char *FMT_E_TIMESTAMP = b"timestamp out of range"
+cdef const char *FMT_E_INET_FAMILY = b"inet: invalid address family"
+cdef const char *FMT_E_INET_BITS = b"inet: invalid mask length"
+cdef const char *FMT_E_INET_LEN = b"inet: invalid address length"
+cdef const char *FMT_E_CIDR_BITS = b"cidr: bits set to the right of the mask"
+cdef const char *FMT_E_ARR_ELEM_KIND = b"array: unsupported element kind"
+cdef const char *FMT_E_ARR_SHORT = b"array: truncated header"
+cdef const char *FMT_E_ARR_NDIM = b"array: invalid number of dimensions"
+cdef const char *FMT_E_ARR_FLAGS = b"array: invalid flags"
+cdef const char *FMT_E_ARR_SIZE = b"array: size exceeds the maximum allowed"
+cdef const char *FMT_E_ARR_LBOUND = b"array: lower bound is too large"
+cdef const char *FMT_E_ARR_ELEM_LEN = b"array: invalid element length"
+cdef const char *FMT_E_ARR_ELEM_SHORT = b"array: truncated element"
+cdef const char *FMT_E_ARR_TRAILING = b"array: trailing bytes after the last element"
+
+cdef const char *FMT_HEX = b"0123456789abcdef"
+
+
+# -- writing -----------------------------------------------------------------------
+
+cdef inline char *fmt_room(Buf *out, Py_ssize_t n) noexcept nogil:
+    """Pointer to `n` writable bytes at the end of `out` (NULL: out of memory).
+    The caller stores through it and then calls fmt_commit with the advanced pointer."""
+    if out.cap - out.len < n and buf_reserve(out, n) < 0:
+        return NULL
+    return <char *>out.data + out.len
+
+
+cdef inline void fmt_commit(Buf *out, char *end) noexcept nogil:
+    out.len = end - <char *>out.data
+
+
+cdef inline char *fmt_w_str(char *w, const char *s) noexcept nogil:
+    while s[0] != 0:
+        w[0] = s[0]
+        w += 1
+        s += 1
+    return w
+
+
+cdef inline char *fmt_w_u64(char *w, uint64_t v, int width) noexcept nogil:
+    """Decimal digits of v, zero-padded to at least `width` (pg_ultostr_zeropad)."""
+    cdef char tmp[24]
+    cdef int n = 0
+    while True:
+        tmp[n] = <char>(48 + <int>(v % 10))
+        n += 1
+        v //= 10
+        if v == 0:
+            break
+    while width > n:
+        w[0] = 48
+        w += 1
+        width -= 1
+    while n > 0:
+        n -= 1
+        w[0] = tmp[n]
+        w += 1
+    return w
+
+
+cdef inline char *fmt_w_i64(char *w, int64_t v) noexcept nogil:
+    if v < 0:
+        w[0] = 45  # '-'
+        return fmt_w_u64(w + 1, <uint64_t>0 - <uint64_t>v, 0)
+    return fmt_w_u64(w, <uint64_t>v, 0)
+
+
+cdef inline int fmt_literal(Buf *out, const char *s, const char **why) noexcept nogil:
+    cdef Py_ssize_t n = 0
+    while s[n] != 0:
+        n += 1
+    if buf_append(out, s, n) < 0:
+        why[0] = FMT_E_NOMEM
+        return -1
+    return 0
+
+
+cdef inline int fmt_bytes(Buf *out, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+    if n == 0:      # memcpy into a still-NULL buffer is undefined even for 0 bytes
+        return 0
+    if buf_append(out, p, n) < 0:
+        why[0] = FMT_E_NOMEM
+        return -1
+    return 0
+
+
+cdef inline int fmt_hex(Buf *out, const char *prefix, const unsigned char *p, Py_ssize_t n,
+                        const char **why) noexcept nogil:
+    """prefix + lowercase hex of the bytes (bytea_output=hex)."""
+    cdef char *w = fmt_room(out, 2 + 2 * n)
+    cdef Py_ssize_t i
+    if w == NULL:
+        why[0] = FMT_E_NOMEM
+        return -1
+    w = fmt_w_str(w, prefix)
+    for i in range(n):
+        w[0] = FMT_HEX[p[i] >> 4]
+        w[1] = FMT_HEX[p[i] & 15]
+        w += 2
+    fmt_commit(out, w)
+    return 0
+
+
+# -- float4 / float8: shortest round-trip digits, laid out like PostgreSQL's Ryu -----
+#
+# Instead of porting Ryu (and its tables) this searches the shortest digit count p whose
+# correctly rounded decimal reads back as v (snprintf "%.*e" + strtod/strtof, both
+# correctly rounded in glibc and the other C libraries we build on), with PostgreSQL's
+# Ryu semantics made explicit: a decimal exactly halfway to a neighbouring float does
+# not count (PG builds Ryu without STRICTLY_SHORTEST), and below a power of two, where
+# the lower gap is half the upper one, the next p-digit decimal up may be the answer.
+
+cdef int fmt_sci_parse(const char *s, char *digits, int maxp, char *sep, int *exp10) noexcept nogil:
+    """Split snprintf's "%.*e" output "d<sep>ddd…e±XX" into digits, separator, exponent.
+    The separator is kept as printed so strtod (same locale) reads our candidates back."""
+    cdef int i = 0, nd = 0, ns = 0, e = 0, neg = 0
+    digits[nd] = s[i]
+    nd += 1
+    i += 1
+    while s[i] != 0 and s[i] != 101 and (s[i] < 48 or s[i] > 57):   # separator bytes
+        if ns < 7:
+            sep[ns] = s[i]
+            ns += 1
+        i += 1
+    sep[ns] = 0
+    while s[i] >= 48 and s[i] <= 57:
+        if nd < maxp:
+            digits[nd] = s[i]
+            nd += 1
+        i += 1
+    if s[i] == 101:  # 'e'
+        i += 1
+        if s[i] == 45:
+            neg = 1
+            i += 1
+        elif s[i] == 43:
+            i += 1
+        while s[i] >= 48 and s[i] <= 57:
+            e = e * 10 + (s[i] - 48)
+            i += 1
+    exp10[0] = -e if neg else e
+    return nd
+
+
+cdef int fmt_sci_build(char *buf, const char *digits, int p, int exp10, const char *sep) noexcept nogil:
+    """Candidate text "d<sep>ddd" + "e<exp>" for strtod."""
+    cdef char *w = buf
+    cdef int i
+    w[0] = digits[0]
+    w += 1
+    if p > 1:
+        w = fmt_w_str(w, sep)
+        for i in range(1, p):
+            w[0] = digits[i]
+            w += 1
+    w[0] = 101
+    w += 1
+    w = fmt_w_i64(w, exp10)
+    w[0] = 0
+    return <int>(w - buf)
+
+
+cdef struct FmtFloatBits:
+    uint64_t m       # the significand as an integer (hidden bit included): |v| = m * 2**e
+    int e
+    bint asym        # a power of two above the smallest normal: the lower gap is half the upper
+
+
+cdef bint fmt_is_dyadic(uint64_t d, int e10, uint64_t m, int e2) noexcept nogil:
+    """d * 10**e10 == m * 2**e2, for odd m? Exact, in 64-bit integers."""
+    cdef int twos = 0, fives = 0, t
+    if d == 0:
+        return False
+    while d % 2 == 0:
+        d //= 2
+        twos += 1
+    while d % 5 == 0:
+        d //= 5
+        fives += 1
+    if twos + e10 != e2:
+        return False
+    t = fives + e10
+    if t < 0:
+        return False
+    while t > 0:
+        if d > m // 5:
+            return False
+        d *= 5
+        t -= 1
+    return d == m
+
+
+cdef bint fmt_at_midpoint(const FmtFloatBits *fb, const char *digits, int p, int exp10) noexcept nogil:
+    """Is the decimal digits * 10**(exp10-p+1) exactly halfway to a neighbouring float?"""
+    cdef uint64_t d = 0
+    cdef int i, e10 = exp10 - (p - 1)
+    for i in range(p):
+        d = d * 10 + <uint64_t>(digits[i] - 48)
+    if fmt_is_dyadic(d, e10, 2 * fb.m + 1, fb.e - 1):
+        return True
+    if fb.asym:
+        return fmt_is_dyadic(d, e10, 4 * fb.m - 1, fb.e - 2)
+    return fmt_is_dyadic(d, e10, 2 * fb.m - 1, fb.e - 1)
+
+
+cdef bint fmt_round_trips(const char *text, double v, bint single, const FmtFloatBits *fb,
+                          const char *digits, int p, int exp10) noexcept nogil:
+    """Does the candidate lie strictly inside v's rounding interval? PostgreSQL builds
+    Ryu without STRICTLY_SHORTEST, so both interval ends are excluded even when v's
+    significand is even (strtod alone would accept an exact halfway point: 1e23 reads
+    back as 0x44b52d02c7e14af6, yet PostgreSQL prints that as 9.999999999999999e+22)."""
+    if single:
+        if strtof(text, NULL) != <float>v:
+            return False
+    elif strtod(text, NULL) != v:
+        return False
+    return not fmt_at_midpoint(fb, digits, p, exp10)
+
+
+cdef int fmt_candidate(double v, bint single, const char *full, int maxp, int full_exp,
+                       int p, char *digits, int *exp10, int *rounded_up,
+                       const char *sep) noexcept nogil:
+    """The p-digit correctly rounded decimal of v (digits, exponent; *rounded_up set when
+    it lies above v). Derived from the maxp-digit rendering `full`, except when the
+    dropped tail reads exactly 5000…, where only a direct rendering can tell."""
+    cdef int i, tie
+    cdef char s[48]
+    cdef char sep2[8]
+    if p == maxp:
+        for i in range(p):
+            digits[i] = full[i]
+        exp10[0] = full_exp
+        rounded_up[0] = -1   # exact enough: never needs the neighbour
+        return 0
+    tie = full[p] == 53  # '5'
+    if tie:
+        for i in range(p + 1, maxp):
+            if full[i] != 48:
+                tie = 0
+                break
+    if tie:
+        snprintf(s, sizeof(s), b"%.*e", p - 1, v)
+        fmt_sci_parse(s, digits, p, sep2, exp10)
+        # which side of v: compare the digits with the longer rendering
+        rounded_up[0] = 0
+        for i in range(p):
+            if digits[i] != full[i] or exp10[0] != full_exp:
+                rounded_up[0] = 1
+                break
+        return 0
+    for i in range(p):
+        digits[i] = full[i]
+    exp10[0] = full_exp
+    rounded_up[0] = 0
+    if full[p] >= 53:
+        rounded_up[0] = 1
+        i = p - 1
+        while i >= 0:
+            if digits[i] == 57:
+                digits[i] = 48
+                i -= 1
+            else:
+                digits[i] += 1
+                break
+        if i < 0:          # 999… -> 1000…
+            digits[0] = 49
+            exp10[0] += 1
+    return 0
+
+
+cdef bint fmt_try(double v, bint single, const FmtFloatBits *fb, const char *full, int maxp,
+                  int full_exp, int p, const char *sep, char *digits, int *exp10,
+                  bint neighbour) noexcept nogil:
+    """Does some p-digit decimal read back as v? Tries the correctly rounded one, and with
+    `neighbour` also the next one up (the lower half-gap of a power of two is narrower,
+    so the closest p-digit number can miss while the one above it still hits)."""
+    cdef char text[48]
+    cdef int up, i
+    fmt_candidate(v, single, full, maxp, full_exp, p, digits, exp10, &up, sep)
+    fmt_sci_build(text, digits, p, exp10[0], sep)
+    if fmt_round_trips(text, v, single, fb, digits, p, exp10[0]):
+        return True
+    if neighbour and up == 0:
+        i = p - 1
+        while i >= 0:
+            if digits[i] == 57:
+                digits[i] = 48
+                i -= 1
+            else:
+                digits[i] += 1
+                break
+        if i < 0:
+            digits[0] = 49
+            exp10[0] += 1
+        fmt_sci_build(text, digits, p, exp10[0], sep)
+        if fmt_round_trips(text, v, single, fb, digits, p, exp10[0]):
+            return True
+    return False
+
+
+cdef int fmt_float(Buf *out, double v, bint single, const FmtFloatBits *fb, const char **why) noexcept nogil:
+    """float4out/float8out with extra_float_digits > 0: Ryu's shortest round-trip digits,
+    fixed notation for decimal exponents -4 <= e < 15 (float4: < 6), else d.ddde±XX."""
+    cdef char full[24]
+    cdef char digits[24]
+    cdef char best[24]
+    cdef char sep[8]
+    cdef char s[48]
+    cdef int maxp = 9 if single else 17
+    cdef int full_exp, exp10 = 0, best_exp = 0, p, lo, hi, mid, i, nd, fixed_hi
+    cdef char *w
+    if isnan(v):
+        return fmt_literal(out, b"NaN", why)
+    if isinf(v):
+        return fmt_literal(out, b"-Infinity" if v < 0 else b"Infinity", why)
+    if v == 0:
+        return fmt_literal(out, b"-0" if signbit(v) else b"0", why)
+    w = fmt_room(out, 40)
+    if w == NULL:
+        why[0] = FMT_E_NOMEM
+        return -1
+    if v < 0:
+        w[0] = 45
+        w += 1
+        v = -v
+    snprintf(s, sizeof(s), b"%.*e", maxp - 1, v)
+    fmt_sci_parse(s, full, maxp, sep, &full_exp)
+    if fb.asym:
+        # a power of two: success is not monotone in p, so walk up from 1 (at maxp digits
+        # the candidate above v always lies inside the wider upper half-gap)
+        p = 1
+        while not fmt_try(v, single, fb, full, maxp, full_exp, p, sep, digits, &exp10, True) and p < maxp:
+            p += 1
+        for i in range(p):
+            best[i] = digits[i]
+        best_exp = exp10
+    else:
+        # the correctly rounded p-digit value reads back for every p >= the shortest
+        lo = 1
+        hi = maxp
+        for i in range(maxp):
+            best[i] = full[i]
+        best_exp = full_exp
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fmt_try(v, single, fb, full, maxp, full_exp, mid, sep, digits, &exp10, False):
+                hi = mid
+                for i in range(mid):
+                    best[i] = digits[i]
+                best_exp = exp10
+            else:
+                lo = mid + 1
+        p = hi
+    nd = p
+    while nd > 1 and best[nd - 1] == 48:
+        nd -= 1
+    fixed_hi = 6 if single else 15
+    if -4 <= best_exp < fixed_hi:
+        if best_exp < 0:
+            w[0] = 48
+            w[1] = 46
+            w += 2
+            for i in range(-best_exp - 1):
+                w[0] = 48
+                w += 1
+            for i in range(nd):
+                w[0] = best[i]
+                w += 1
+        else:
+            for i in range(nd):
+                if i == best_exp + 1:
+                    w[0] = 46
+                    w += 1
+                w[0] = best[i]
+                w += 1
+            for i in range(nd, best_exp + 1):
+                w[0] = 48
+                w += 1
+    else:
+        w[0] = best[0]
+        w += 1
+        if nd > 1:
+            w[0] = 46
+            w += 1
+            for i in range(1, nd):
+                w[0] = best[i]
+                w += 1
+        w[0] = 101
+        if best_exp < 0:
+            w[1] = 45
+            best_exp = -best_exp
+        else:
+            w[1] = 43
+        w = fmt_w_u64(w + 2, <uint64_t>best_exp, 2)
+    fmt_commit(out, w)
+    return 0
+
+
+# -- numeric -----------------------------------------------------------------------
+
+cdef int fmt_numeric(Buf *out, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+    """numeric_recv's checks, then get_str_from_var: exactly dscale fraction digits."""
+    cdef Py_ssize_t ndigits, i, start, d, first, k
+    cdef int weight, sign, dscale, dig, d1, j
+    cdef bint putit, nonzero
+    cdef char *w
+    cdef char *digits_start
+    if n < 8:
+        why[0] = FMT_E_NUM_SHORT
+        return -1
+    ndigits = pgo_be16(p)
+    weight = pgo_be16s(p + 2)
+    sign = pgo_be16(p + 4)
+    dscale = pgo_be16(p + 6)
+    if n != 8 + 2 * ndigits:
+        why[0] = FMT_E_NUM_LEN
+        return -1
+    if sign != 0x0000 and sign != 0x4000 and sign != 0xC000 and sign != 0xD000 and sign != 0xF000:
+        why[0] = FMT_E_NUM_SIGN
+        return -1
+    for i in range(ndigits):
+        if pgo_be16(p + 8 + 2 * i) >= 10000:
+            why[0] = FMT_E_NUM_DIGIT
+            return -1
+    # special values: their weight and dscale are meaningless (±Infinity carry 0x0020)
+    if sign == 0xC000:
+        return fmt_literal(out, b"NaN", why)
+    if sign == 0xD000:
+        return fmt_literal(out, b"Infinity", why)
+    if sign == 0xF000:
+        return fmt_literal(out, b"-Infinity", why)
+    if dscale > 0x3FFF:
+        why[0] = FMT_E_NUM_SCALE
+        return -1
+    # make_result's normalisation: leading zero digits move into the weight
+    first = 0
+    while first < ndigits and pgo_be16(p + 8 + 2 * first) == 0:
+        first += 1
+        weight -= 1
+    if first == ndigits:
+        weight = 0
+    p += 8 + 2 * first
+    ndigits -= first
+    w = fmt_room(out, 1 + (4 * (<Py_ssize_t>weight + 1) if weight >= 0 else 1) + 1 + dscale + 4)
+    if w == NULL:
+        why[0] = FMT_E_NOMEM
+        return -1
+    start = out.len
+    if sign == 0x4000:
+        w[0] = 45
+        w += 1
+    digits_start = w
+    if weight < 0:
+        d = weight + 1
+        w[0] = 48
+        w += 1
+    else:
+        d = 0
+        while d <= weight:
+            dig = pgo_be16(p + 2 * d) if d < ndigits else 0
+            putit = d > 0
+            d1 = dig // 1000
+            dig -= d1 * 1000
+            putit = putit or d1 > 0
+            if putit:
+                w[0] = <char>(48 + d1)
+                w += 1
+            d1 = dig // 100
+            dig -= d1 * 100
+            putit = putit or d1 > 0
+            if putit:
+                w[0] = <char>(48 + d1)
+                w += 1
+            d1 = dig // 10
+            dig -= d1 * 10
+            putit = putit or d1 > 0
+            if putit:
+                w[0] = <char>(48 + d1)
+                w += 1
+            w[0] = <char>(48 + dig)
+            w += 1
+            d += 1
+    if dscale > 0:
+        w[0] = 46
+        w += 1
+        k = 0
+        while k < dscale:
+            dig = pgo_be16(p + 2 * d) if 0 <= d < ndigits else 0
+            for j in range(3, -1, -1):
+                w[j] = <char>(48 + dig % 10)
+                dig //= 10
+            w += 4
+            d += 1
+            k += 4
+        w -= k - dscale      # the last group printed whole, keep dscale digits
+    if sign == 0x4000:
+        # a value that is zero at this scale prints without a sign (make_result)
+        nonzero = False
+        k = 0
+        while digits_start + k < w:
+            if digits_start[k] != 48 and digits_start[k] != 46:
+                nonzero = True
+                break
+            k += 1
+        if not nonzero:
+            memmove(digits_start - 1, digits_start, <size_t>(w - digits_start))
+            w -= 1
+    fmt_commit(out, w)
+    return 0
+
+
+# -- date / time -------------------------------------------------------------------
+
+cdef void fmt_j2date(int jd, int *year, int *month, int *day) noexcept nogil:
+    """PostgreSQL's j2date, unsigned arithmetic and all."""
+    cdef unsigned int julian, quad, extra
+    cdef int y
+    julian = <unsigned int>jd
+    julian += 32044
+    quad = julian // 146097
+    extra = (julian - quad * 146097) * 4 + 3
+    julian += 60 + quad * 3 + extra // 146097
+    quad = julian // 1461
+    julian -= quad * 1461
+    y = <int>(julian * 4 // 1461)
+    if y != 0:
+        julian = (julian + 305) % 365 + 123
+    else:
+        julian = (julian + 306) % 366 + 123
+    y += <int>(quad * 4)
+    year[0] = y - 4800
+    quad = julian * 2141 // 65536
+    day[0] = <int>(julian - 7834 * quad // 256)
+    month[0] = <int>((quad + 10) % 12 + 1)
+
+
+cdef inline char *fmt_w_date(char *w, int year, int mon, int mday) noexcept nogil:
+    w = fmt_w_u64(w, <uint64_t>(year if year > 0 else -(year - 1)), 4)
+    w[0] = 45
+    w = fmt_w_u64(w + 1, <uint64_t>mon, 2)
+    w[0] = 45
+    return fmt_w_u64(w + 1, <uint64_t>mday, 2)
+
+
+cdef char *fmt_w_seconds(char *w, int sec, int fsec) noexcept nogil:
+    """AppendSeconds(precision 6, fillzeros): SS[.ffffff] without trailing zeros.
+    Prints |sec| and |fsec|; callers print any sign."""
+    cdef int value, precision = 6, rem
+    cdef char *end
+    cdef bint gotnonzero = False
+    w = fmt_w_u64(w, <uint64_t>(sec if sec >= 0 else -sec), 2)
+    if fsec == 0:
+        return w
+    value = fsec if fsec >= 0 else -fsec
+    w[0] = 46
+    w += 1
+    end = w + precision
+    while precision > 0:
+        precision -= 1
+        rem = value % 10
+        value //= 10
+        if rem != 0:
+            gotnonzero = True
+        if gotnonzero:
+            w[precision] = <char>(48 + rem)
+        else:
+            end = w + precision
+    if value != 0:   # more than 6 digits: PostgreSQL falls back to the plain number
+        return fmt_w_u64(w, <uint64_t>(fsec if fsec >= 0 else -fsec), 0)
+    return end
+
+
+cdef inline char *fmt_w_time(char *w, int64_t t) noexcept nogil:
+    """HH:MM:SS[.f] of 0 <= t <= 24h in µs (time2tm + EncodeTimeOnly)."""
+    cdef int64_t hour = t // FMT_USECS_PER_HOUR
+    t -= hour * FMT_USECS_PER_HOUR
+    cdef int64_t minute = t // FMT_USECS_PER_MINUTE
+    t -= minute * FMT_USECS_PER_MINUTE
+    cdef int64_t sec = t // FMT_USECS_PER_SEC
+    t -= sec * FMT_USECS_PER_SEC
+    w = fmt_w_u64(w, <uint64_t>hour, 2)
+    w[0] = 58
+    w = fmt_w_u64(w + 1, <uint64_t>minute, 2)
+    w[0] = 58
+    return fmt_w_seconds(w + 1, <int>sec, <int>t)
+
+
+cdef char *fmt_w_timezone(char *w, int tz) noexcept nogil:
+    """EncodeTimezone: tz is seconds WEST of UTC, printed east-positive ±HH[:MM[:SS]]."""
+    cdef int sec = tz if tz >= 0 else -tz
+    cdef int minute = sec // 60
+    sec -= minute * 60
+    cdef int hour = minute // 60
+    minute -= hour * 60
+    w[0] = 43 if tz <= 0 else 45
+    w = fmt_w_u64(w + 1, <uint64_t>hour, 2)
+    if sec != 0:
+        w[0] = 58
+        w = fmt_w_u64(w + 1, <uint64_t>minute, 2)
+        w[0] = 58
+        w = fmt_w_u64(w + 1, <uint64_t>sec, 2)
+    elif minute != 0:
+        w[0] = 58
+        w = fmt_w_u64(w + 1, <uint64_t>minute, 2)
+    return w
+
+
+cdef int fmt_date(Buf *out, int32_t d, const char **why) noexcept nogil:
+    cdef int year, mon, mday
+    cdef char *w
+    if d == INT32_MIN:
+        return fmt_literal(out, b"-infinity", why)
+    if d == INT32_MAX:
+        return fmt_literal(out, b"infinity", why)
+    if d < -FMT_POSTGRES_EPOCH_JDATE or d >= FMT_DATE_END_JULIAN - FMT_POSTGRES_EPOCH_JDATE:
+        why[0] = FMT_E_DATE
+        return -1
+    w = fmt_room(out, 32)
+    if w == NULL:
+        why[0] = FMT_E_NOMEM
+        return -1
+    fmt_j2date(d + FMT_POSTGRES_EPOCH_JDATE, &year, &mon, &mday)
+    w = fmt_w_date(w, year, mon, mday)
+    if year <= 0:
+        w = fmt_w_str(w, b" BC")
+    fmt_commit(out, w)
+    return 0
+
+
+cdef int fmt_time(Buf *out, int64_t t, bint with_zone, int32_t zone, const char **why) noexcept nogil:
+    cdef char *w
+    if t < 0 or t > FMT_USECS_PER_DAY:
+        why[0] = FMT_E_TIME
+        return -1
+    if with_zone and (zone <= -FMT_TZDISP_LIMIT or zone >= FMT_TZDISP_LIMIT):
+        why[0] = FMT_E_TZ
+        return -1
+    w = fmt_room(out, 48)
+    if w == NULL:
+        why[0] = FMT_E_NOMEM
+        return -1
+    w = fmt_w_time(w, t)
+    if with_zone:
+        w = fmt_w_timezone(w, zone)
+    fmt_commit(out, w)
+    return 0
+
+
+@cython.cdivision(True)
+cdef int fmt_timestamp(Buf *out, int64_t ts, bint with_zone, const char **why) noexcept nogil:
+    """timestamp2tm + EncodeDateTime (ISO). timestamptz is shown in UTC: '+00', and the
+    BC suffix follows the offset, as PostgreSQL prints it."""
+    cdef int64_t date, t
+    cdef int year, mon, mday
+    cdef char *w
+    if ts == INT64_MIN:
+        return fmt_literal(out, b"-infinity", why)
+    if ts == INT64_MAX:
+        return fmt_literal(out, b"infinity", why)
+    if ts < FMT_MIN_TIMESTAMP or ts >= FMT_END_TIMESTAMP:
+        why[0] = FMT_E_TIMESTAMP
+        return -1
+    w = fmt_room(out, 64)
+    if w == NULL:
+        why[0] = FMT_E_NOMEM
+        return -1
+    date = ts // FMT_USECS_PER_DAY      # C division: truncates toward zero
+    t = ts - date * FMT_USECS_PER_DAY
+    if t < 0:
+        t += FMT_USECS_PER_DAY
+        date -= 1
+    fmt_j2date(<int>(date + FMT_POSTGRES_EPOCH_JDATE), &year, &mon, &mday)
+    w = fmt_w_date(w, year, mon, mday)
+    w[0] = 32
+    w = fmt_w_time(w + 1, t)
+    if with_zone:
+        w = fmt_w_str(w, b"+00")
+    if year <= 0:
+        w = fmt_w_str(w, b" BC")
+    fmt_commit(out, w)
+    return 0
+
+
+cdef char *fmt_w_interval_part(char *w, int64_t value, const char *unit, bint *is_zero,
+                               bint *is_before) noexcept nogil:
+    """AddPostgresIntPart."""
+    if value == 0:
+        return w
+    if not is_zero[0]:
+        w[0] = 32
+        w += 1
+    if is_before[0] and value > 0:
+        w[0] = 43
+        w += 1
+    w = fmt_w_i64(w, value)
+    w[0] = 32
+    w = fmt_w_str(w + 1, unit)
+    if value != 1:
+        w[0] = 115  # 's'
+        w += 1
+    is_before[0] = value < 0
+    is_zero[0] = False
+    return w
+
+
+@cython.cdivision(True)
+cdef int fmt_interval(Buf *out, int64_t time, int32_t day, int32_t month, const char **why) noexcept nogil:
+    """interval_out, IntervalStyle postgres (EncodeInterval, INTSTYLE_POSTGRES).
+    PostgreSQL 17's infinities are the all-max / all-min field triples."""
+    cdef int64_t hour, tfrac
+    cdef int year, mon, minute, sec, fsec
+    cdef bint is_zero = True, is_before = False, minus
+    cdef char *w
+    if time == INT64_MAX and day == INT32_MAX and month == INT32_MAX:
+        return fmt_literal(out, b"infinity", why)
+    if time == INT64_MIN and day == INT32_MIN and month == INT32_MIN:
+        return fmt_literal(out, b"-infinity", why)
+    w = fmt_room(out, 128)
+    if w == NULL:
+        why[0] = FMT_E_NOMEM
+        return -1
+    year = month // 12      # C division and remainder (signs follow the dividend)
+    mon = month % 12
+    tfrac = time // FMT_USECS_PER_HOUR
+    time -= tfrac * FMT_USECS_PER_HOUR
+    hour = tfrac
+    tfrac = time // FMT_USECS_PER_MINUTE
+    time -= tfrac * FMT_USECS_PER_MINUTE
+    minute = <int>tfrac
+    tfrac = time // FMT_USECS_PER_SEC
+    time -= tfrac * FMT_USECS_PER_SEC
+    sec = <int>tfrac
+    fsec = <int>time
+    w = fmt_w_interval_part(w, year, b"year", &is_zero, &is_before)
+    w = fmt_w_interval_part(w, mon, b"mon", &is_zero, &is_before)
+    w = fmt_w_interval_part(w, day, b"day", &is_zero, &is_before)
+    if is_zero or hour != 0 or minute != 0 or sec != 0 or fsec != 0:
+        minus = hour < 0 or minute < 0 or sec < 0 or fsec < 0
+        if not is_zero:
+            w[0] = 32
+            w += 1
+        if minus:
+            w[0] = 45
+            w += 1
+        elif is_before:
+            w[0] = 43
+            w += 1
+        w = fmt_w_u64(w, <uint64_t>(hour if hour >= 0 else -hour), 2)
+        w[0] = 58
+        w = fmt_w_u64(w + 1, <uint64_t>(minute if minute >= 0 else -minute), 2)
+        w[0] = 58
+        w = fmt_w_seconds(w + 1, sec, fsec)
+    fmt_commit(out, w)
+    return 0
+
+
+# -- network types -----------------------------------------------------------------
+
+cdef int fmt_inet(Buf *out, const unsigned char *p, Py_ssize_t n, bint is_cidr,
+                  const char **why) noexcept nogil:
+    """inet_recv's checks, then network_out: pg_inet_net_ntop (+ '/bits' for cidr)."""
+    cdef int family, bits, nb, maxbits, i, byte
+    cdef int words[8]
+    cdef int best_base = -1, best_len = 0, cur_base = -1, cur_len = 0
+    cdef unsigned char mask
+    cdef const unsigned char *a
+    cdef char *w
+    cdef bint slash = False
+    if n < 4:
+        why[0] = FMT_E_LENGTH
+        return -1
+    family = p[0]
+    if family != 2 and family != 3:
+        why[0] = FMT_E_INET_FAMILY
+        return -1
+    maxbits = 32 if family == 2 else 128
+    bits = p[1]
+    if bits > maxbits:
+        why[0] = FMT_E_INET_BITS
+        return -1
+    nb = p[3]                 # p[2] is the is_cidr flag, which inet_recv ignores
+    if nb != maxbits // 8:
+        why[0] = FMT_E_INET_LEN
+        return -1
+    if n != 4 + nb:
+        why[0] = FMT_E_LENGTH
+        return -1
+    a = p + 4
+    if is_cidr and bits != maxbits:   # addressOK(): no host bits right of the mask
+        byte = bits // 8
+        mask = 0xFF
+        if bits != 0:
+            mask >>= bits % 8
+        while byte < nb:
+            if a[byte] & mask:
+                why[0] = FMT_E_CIDR_BITS
+                return -1
+            mask = 0xFF
+            byte += 1
+    w = fmt_room(out, 64)
+    if w == NULL:
+        why[0] = FMT_E_NOMEM
+        return -1
+    if family == 2:
+        for i in range(4):
+            if i:
+                w[0] = 46
+                w += 1
+            w = fmt_w_u64(w, a[i], 0)
+        if bits != 32:
+            w[0] = 47
+            w = fmt_w_u64(w + 1, <uint64_t>bits, 0)
+            slash = True
+    else:
+        for i in range(8):
+            words[i] = (a[2 * i] << 8) | a[2 * i + 1]
+        # the first longest run of (at least two) zero words becomes '::'
+        for i in range(8):
+            if words[i] == 0:
+                if cur_base == -1:
+                    cur_base = i
+                    cur_len = 1
+                else:
+                    cur_len += 1
+            elif cur_base != -1:
+                if best_base == -1 or cur_len > best_len:
+                    best_base = cur_base
+                    best_len = cur_len
+                cur_base = -1
+        if cur_base != -1 and (best_base == -1 or cur_len > best_len):
+            best_base = cur_base
+            best_len = cur_len
+        if best_base != -1 and best_len < 2:
+            best_base = -1
+        for i in range(8):
+            if best_base != -1 and best_base <= i < best_base + best_len:
+                if i == best_base:
+                    w[0] = 58
+                    w += 1
+                continue
+            if i != 0:
+                w[0] = 58
+                w += 1
+            # an encapsulated IPv4 address: ::a.b.c.d, ::ffff:a.b.c.d
+            if i == 6 and best_base == 0 and (best_len == 6 or
+                                               (best_len == 7 and words[7] != 1) or
+                                               (best_len == 5 and words[5] == 0xFFFF)):
+                w = fmt_w_u64(w, a[12], 0)
+                for byte in range(13, 16):
+                    w[0] = 46
+                    w = fmt_w_u64(w + 1, a[byte], 0)
+                break
+            if words[i] >= 0x1000:
+                w[0] = FMT_HEX[words[i] >> 12]
+                w += 1
+            if words[i] >= 0x100:
+                w[0] = FMT_HEX[(words[i] >> 8) & 15]
+                w += 1
+            if words[i] >= 0x10:
+                w[0] = FMT_HEX[(words[i] >> 4) & 15]
+                w += 1
+            w[0] = FMT_HEX[words[i] & 15]
+            w += 1
+        if best_base != -1 and best_base + best_len == 8:
+            w[0] = 58
+            w += 1
+        if bits != 128:
+            w[0] = 47
+            w = fmt_w_u64(w + 1, <uint64_t>bits, 0)
+            slash = True
+    if is_cidr and not slash:
+        w[0] = 47
+        w = fmt_w_u64(w + 1, <uint64_t>bits, 0)
+    fmt_commit(out, w)
+    return 0
+
+
+cdef int fmt_macaddr(Buf *out, const unsigned char *p, Py_ssize_t n, bint eui64,
+                     const char **why) noexcept nogil:
+    """macaddr_out / macaddr8_out. macaddr8_recv also takes a 6-byte EUI-48 and
+    inserts ff:fe in the middle."""
+    cdef unsigned char a[8]
+    cdef int i, count
+    cdef char *w
+    if not eui64:
+        if n != 6:
+            why[0] = FMT_E_LENGTH
+            return -1
+        count = 6
+        for i in range(6):
+            a[i] = p[i]
+    elif n == 8:
+        count = 8
+        for i in range(8):
+            a[i] = p[i]
+    elif n == 6:
+        count = 8
+        a[0] = p[0]
+        a[1] = p[1]
+        a[2] = p[2]
+        a[3] = 0xFF
+        a[4] = 0xFE
+        a[5] = p[3]
+        a[6] = p[4]
+        a[7] = p[5]
+    else:
+        why[0] = FMT_E_LENGTH
+        return -1
+    w = fmt_room(out, 3 * count)
+    if w == NULL:
+        why[0] = FMT_E_NOMEM
+        return -1
+    for i in range(count):
+        if i:
+            w[0] = 58
+            w += 1
+        w[0] = FMT_HEX[a[i] >> 4]
+        w[1] = FMT_HEX[a[i] & 15]
+        w += 2
+    fmt_commit(out, w)
+    return 0
+
+
+cdef int fmt_uuid(Buf *out, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+    cdef int i
+    cdef char *w
+    if n != 16:
+        why[0] = FMT_E_LENGTH
+        return -1
+    w = fmt_room(out, 36)
+    if w == NULL:
+        why[0] = FMT_E_NOMEM
+        return -1
+    for i in range(16):
+        if i == 4 or i == 6 or i == 8 or i == 10:
+            w[0] = 45
+            w += 1
+        w[0] = FMT_HEX[p[i] >> 4]
+        w[1] = FMT_HEX[p[i] & 15]
+        w += 2
+    fmt_commit(out, w)
+    return 0
+
+
+# -- arrays ------------------------------------------------------------------------
+
+cdef inline bint fmt_array_isspace(unsigned char c) noexcept nogil:
+    return c == 32 or c == 9 or c == 10 or c == 13 or c == 11 or c == 12
+
+
+cdef int fmt_array_quote(Buf *out, Py_ssize_t start, const char **why) noexcept nogil:
+    """array_out's quoting of the element text in out[start:]: double quotes when it is
+    empty, reads NULL in any case, or holds { } , " \\ or whitespace; " and \\ escaped."""
+    cdef Py_ssize_t n = out.len - start, i, extra = 0, src, dst
+    cdef unsigned char *e = out.data + start
+    cdef unsigned char c
+    cdef bint need = n == 0
+    if n == 4 and (e[0] | 0x20) == 110 and (e[1] | 0x20) == 117 and \
+            (e[2] | 0x20) == 108 and (e[3] | 0x20) == 108:
+        need = True
+    for i in range(n):
+        c = e[i]
+        if c == 34 or c == 92:
+            need = True
+            extra += 1
+        elif c == 123 or c == 125 or c == 44 or fmt_array_isspace(c):
+            need = True
+    if not need:
+        return 0
+    if buf_reserve(out, extra + 2) < 0:
+        why[0] = FMT_E_NOMEM
+        return -1
+    e = out.data + start
+    # expand in place from the back: '"' + escaped text + '"'
+    dst = n + extra + 1
+    e[dst] = 34
+    src = n - 1
+    while src >= 0:
+        c = e[src]
+        dst -= 1
+        e[dst] = c
+        if c == 34 or c == 92:
+            dst -= 1
+            e[dst] = 92
+        src -= 1
+    e[0] = 34
+    out.len = start + n + extra + 2
+    return 0
+
+
+cdef int fmt_array(Buf *out, int elem_kind, const unsigned char *p, Py_ssize_t n,
+                   const char **why) noexcept nogil:
+    """array_recv's checks, then array_out: nested braces per dimension, '[lb:ub]='
+    prefix when a lower bound is not 1, elements formatted by their own kind."""
+    cdef int ndim, flags, i, j
+    cdef int32_t dims[FMT_MAXDIM]
+    cdef int32_t lbs[FMT_MAXDIM]
+    cdef int32_t indx[FMT_MAXDIM]
+    cdef int64_t nitems = 0, k
+    cdef int32_t elen
+    cdef Py_ssize_t pos, start
+    cdef bint needdims = False
+    cdef char *w
+    if elem_kind < 0 or elem_kind > FMTK_LAST or elem_kind == FMTK_ARRAY:
+        why[0] = FMT_E_ARR_ELEM_KIND
+        return -1
+    if n < 12:
+        why[0] = FMT_E_ARR_SHORT
+        return -1
+    ndim = pgo_be32s(p)
+    flags = pgo_be32s(p + 4)
+    # p[8:12] is the publisher's element type OID; the column type says what it is
+    if ndim < 0 or ndim > FMT_MAXDIM:
+        why[0] = FMT_E_ARR_NDIM
+        return -1
+    if flags != 0 and flags != 1:
+        why[0] = FMT_E_ARR_FLAGS
+        return -1
+    if n < 12 + 8 * ndim:
+        why[0] = FMT_E_ARR_SHORT
+        return -1
+    pos = 12
+    if ndim > 0:
+        nitems = 1
+    for i in range(ndim):
+        dims[i] = pgo_be32s(p + pos)
+        lbs[i] = pgo_be32s(p + pos + 4)
+        pos += 8
+        if dims[i] < 0:
+            why[0] = FMT_E_ARR_SIZE
+            return -1
+        nitems *= dims[i]
+        if nitems > FMT_MAX_ARRAY_SIZE:
+            why[0] = FMT_E_ARR_SIZE
+            return -1
+    for i in range(ndim):
+        if <int64_t>dims[i] + lbs[i] > INT32_MAX:
+            why[0] = FMT_E_ARR_LBOUND
+            return -1
+        if lbs[i] != 1:
+            needdims = True
+    if nitems == 0:
+        if pos != n:
+            why[0] = FMT_E_ARR_TRAILING
+            return -1
+        return fmt_literal(out, b"{}", why)
+    w = fmt_room(out, 24 * ndim + 1 + ndim)
+    if w == NULL:
+        why[0] = FMT_E_NOMEM
+        return -1
+    if needdims:
+        for i in range(ndim):
+            w[0] = 91  # '['
+            w = fmt_w_i64(w + 1, lbs[i])
+            w[0] = 58
+            w = fmt_w_i64(w + 1, <int64_t>lbs[i] + dims[i] - 1)
+            w[0] = 93
+            w += 1
+        w[0] = 61
+        w += 1
+    w[0] = 123
+    w += 1
+    fmt_commit(out, w)
+    for i in range(ndim):
+        indx[i] = 0
+    j = 0
+    k = 0
+    while True:
+        w = fmt_room(out, ndim + 1)
+        if w == NULL:
+            why[0] = FMT_E_NOMEM
+            return -1
+        for i in range(j, ndim - 1):
+            w[0] = 123
+            w += 1
+        fmt_commit(out, w)
+        # one element: Int32 length (-1 = NULL) + its send-format bytes
+        if n - pos < 4:
+            why[0] = FMT_E_ARR_ELEM_SHORT
+            return -1
+        elen = pgo_be32s(p + pos)
+        pos += 4
+        if elen < -1:
+            why[0] = FMT_E_ARR_ELEM_LEN
+            return -1
+        if elen == -1:
+            if fmt_literal(out, b"NULL", why) < 0:
+                return -1
+        else:
+            if elen > n - pos:
+                why[0] = FMT_E_ARR_ELEM_SHORT
+                return -1
+            start = out.len
+            if fmt_value(elem_kind, -1, p + pos, elen, out, why) < 0:
+                return -1
+            if fmt_array_quote(out, start, why) < 0:
+                return -1
+            pos += elen
+        k += 1
+        w = fmt_room(out, ndim + 1)
+        if w == NULL:
+            why[0] = FMT_E_NOMEM
+            return -1
+        i = ndim - 1
+        while i >= 0:
+            indx[i] += 1
+            if indx[i] < dims[i]:
+                w[0] = 44
+                w += 1
+                break
+            indx[i] = 0
+            w[0] = 125
+            w += 1
+            i -= 1
+        fmt_commit(out, w)
+        j = i
+        if j == -1:
+            break
+    if pos != n:
+        why[0] = FMT_E_ARR_TRAILING
+        return -1
+    return 0
+
+
+# -- dispatch ----------------------------------------------------------------------
+
+cdef int fmt_value(int kind, int elem_kind, const unsigned char *p, Py_ssize_t n, Buf *out,
+                   const char **why) noexcept nogil:
+    cdef char *w
+    cdef unsigned char c
+    cdef uint64_t bits64
+    cdef uint32_t bits32
+    cdef int ieee_exp
+    cdef FmtFloatBits fb
+    if kind == FMTK_TEXT or kind == FMTK_BPCHAR or kind == FMTK_JSON:
+        return fmt_bytes(out, p, n, why)
+    if kind == FMTK_INT4 or kind == FMTK_INT2 or kind == FMTK_INT8 or kind == FMTK_OID:
+        if n != (2 if kind == FMTK_INT2 else 8 if kind == FMTK_INT8 else 4):
+            why[0] = FMT_E_LENGTH
+            return -1
+        w = fmt_room(out, 24)
+        if w == NULL:
+            why[0] = FMT_E_NOMEM
+            return -1
+        if kind == FMTK_INT2:
+            w = fmt_w_i64(w, pgo_be16s(p))
+        elif kind == FMTK_INT4:
+            w = fmt_w_i64(w, pgo_be32s(p))
+        elif kind == FMTK_INT8:
+            w = fmt_w_i64(w, pgo_be64s(p))
+        else:
+            w = fmt_w_u64(w, pgo_be32(p), 0)
+        fmt_commit(out, w)
+        return 0
+    if kind == FMTK_FLOAT8:
+        if n != 8:
+            why[0] = FMT_E_LENGTH
+            return -1
+        bits64 = pgo_be64(p)
+        ieee_exp = <int>((bits64 >> 52) & 0x7FF)
+        fb.m = bits64 & FMT_F8_MANTISSA
+        fb.asym = fb.m == 0 and ieee_exp > 1
+        if ieee_exp == 0:
+            fb.e = -1074
+        else:
+            fb.m |= <uint64_t>1 << 52
+            fb.e = ieee_exp - 1075
+        return fmt_float(out, pgo_be_float8(p), False, &fb, why)
+    if kind == FMTK_FLOAT4:
+        if n != 4:
+            why[0] = FMT_E_LENGTH
+            return -1
+        bits32 = pgo_be32(p)
+        ieee_exp = <int>((bits32 >> 23) & 0xFF)
+        fb.m = bits32 & 0x7FFFFF
+        fb.asym = fb.m == 0 and ieee_exp > 1
+        if ieee_exp == 0:
+            fb.e = -149
+        else:
+            fb.m |= <uint64_t>1 << 23
+            fb.e = ieee_exp - 150
+        return fmt_float(out, pgo_be_float4(p), True, &fb, why)
+    if kind == FMTK_DECIMAL or kind == FMTK_NUMERIC_STR:
+        return fmt_numeric(out, p, n, why)
+    if kind == FMTK_BOOL:
+        if n != 1:
+            why[0] = FMT_E_LENGTH
+            return -1
+        return fmt_literal(out, b"t" if p[0] != 0 else b"f", why)
+    if kind == FMTK_CHAR:
+        if n != 1:
+            why[0] = FMT_E_LENGTH
+            return -1
+        c = p[0]
+        w = fmt_room(out, 4)
+        if w == NULL:
+            why[0] = FMT_E_NOMEM
+            return -1
+        if c >= 0x80:       # charout: high-bit bytes as \ooo (PG 15+)
+            w[0] = 92
+            w[1] = <char>(48 + (c >> 6))
+            w[2] = <char>(48 + ((c >> 3) & 7))
+            w[3] = <char>(48 + (c & 7))
+            w += 4
+        elif c != 0:        # byte 0 is the empty string
+            w[0] = <char>c
+            w += 1
+        fmt_commit(out, w)
+        return 0
+    if kind == FMTK_BYTEA or kind == FMTK_UNKNOWN:
+        # K_UNKNOWN: binary value of a type the decoder does not know, shown as hex
+        return fmt_hex(out, b"\\x", p, n, why)
+    if kind == FMTK_JSONB:
+        if n < 1 or p[0] != 1:
+            why[0] = FMT_E_JSONB
+            return -1
+        return fmt_bytes(out, p + 1, n - 1, why)
+    if kind == FMTK_DATE:
+        if n != 4:
+            why[0] = FMT_E_LENGTH
+            return -1
+        return fmt_date(out, pgo_be32s(p), why)
+    if kind == FMTK_TIME:
+        if n != 8:
+            why[0] = FMT_E_LENGTH
+            return -1
+        return fmt_time(out, pgo_be64s(p), False, 0, why)
+    if kind == FMTK_TIMETZ:
+        if n != 12:
+            why[0] = FMT_E_LENGTH
+            return -1
+        return fmt_time(out, pgo_be64s(p), True, pgo_be32s(p + 8), why)
+    if kind == FMTK_TIMESTAMP or kind == FMTK_TIMESTAMPTZ:
+        if n != 8:
+            why[0] = FMT_E_LENGTH
+            return -1
+        return fmt_timestamp(out, pgo_be64s(p), kind == FMTK_TIMESTAMPTZ, why)
+    if kind == FMTK_INTERVAL:
+        if n != 16:
+            why[0] = FMT_E_LENGTH
+            return -1
+        return fmt_interval(out, pgo_be64s(p), pgo_be32s(p + 8), pgo_be32s(p + 12), why)
+    if kind == FMTK_UUID:
+        return fmt_uuid(out, p, n, why)
+    if kind == FMTK_INET or kind == FMTK_CIDR:
+        return fmt_inet(out, p, n, kind == FMTK_CIDR, why)
+    if kind == FMTK_MACADDR or kind == FMTK_MACADDR8:
+        return fmt_macaddr(out, p, n, kind == FMTK_MACADDR8, why)
+    if kind == FMTK_ARRAY:
+        return fmt_array(out, elem_kind, p, n, why)
+    why[0] = FMT_E_KIND
+    return -1
+
+
+cdef int fmt_binary_as_text(int kind, int precision, int scale, int elem_kind,
+                            const unsigned char *p, Py_ssize_t n, Buf *out,
+                            const char **why) noexcept nogil:
+    """Append to `out` the PostgreSQL text form of one binary (send-format) value.
+
+    0 ok; -1 malformed (or out of memory), with a static reason in *why and `out` left
+    as it was. `precision`/`scale` (K_DECIMAL) do not matter: numeric text follows the
+    value's own display scale, as numeric_out does. `elem_kind` is the element kind of
+    a K_ARRAY (ignored otherwise)."""
+    cdef Py_ssize_t start = out.len
+    if fmt_value(kind, elem_kind, p, n, out, why) < 0:
+        out.len = start
+        return -1
+    return 0
+
 
 def format_binary_values(column_type, values):
-    return [bytes(v).hex() for v in values]
+    """PostgreSQL text form of each binary value of one column.
+
+    ``column_type`` is a :class:`pgoutput_fast.types.ColumnType`; ``values`` a list of
+    ``bytes`` (``None`` stays ``None``). Returns a list of ``str`` (UTF-8, undecodable
+    bytes as surrogate escapes). Raises :class:`pgoutput_fast.DecodeError` on a
+    malformed value.
+    """
+    cdef int kind = column_type.kind
+    cdef int precision = column_type.precision
+    cdef int scale = column_type.scale
+    cdef int elem_kind = column_type.elem_kind
+    cdef Buf out
+    cdef const char *why = NULL
+    cdef const unsigned char *p
+    cdef Py_ssize_t n
+    cdef int rc
+    cdef bytes b
+    cdef list result = []
+    out.data = NULL
+    out.len = 0
+    out.cap = 0
+    try:
+        for v in values:
+            if v is None:
+                result.append(None)
+                continue
+            b = v if type(v) is bytes else bytes(v)
+            p = <const unsigned char *>PyBytes_AS_STRING(b)
+            n = PyBytes_GET_SIZE(b)
+            out.len = 0
+            # GIL kept: buffer growth may touch the builders' shared block cache
+            rc = fmt_binary_as_text(kind, precision, scale, elem_kind, p, n, &out, &why)
+            if rc < 0:
+                if why == FMT_E_NOMEM:
+                    raise MemoryError()
+                raise DecodeError((<bytes>why).decode("ascii"))
+            if out.len == 0:
+                result.append("")
+            else:
+                result.append(PyUnicode_DecodeUTF8(<const char *>out.data, out.len, "surrogateescape"))
+    finally:
+        buf_free(&out)
+    return result
