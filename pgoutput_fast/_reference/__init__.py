@@ -6,5 +6,6 @@ Selected with ``PGOUTPUT_FAST_IMPL=python``. Same API and results as
 """
 
 from .decode import decode_message
+from .decoder import DecoderCore, MessageBatch, EVENT_SCHEMA
 
-__all__ = ["decode_message"]
+__all__ = ["decode_message", "DecoderCore", "MessageBatch", "EVENT_SCHEMA"]

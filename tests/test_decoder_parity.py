@@ -1,0 +1,678 @@
+"""The native and the reference decoder core produce identical ChangeSets.
+
+Both implementations are imported explicitly and each drives the public
+``pgoutput_fast.decoder.Decoder`` (same feed/export logic), so whatever differs comes
+from ``DecoderCore`` / ``MessageBatch``. Compared: the change-event table, every
+(RelationVersion, typed table) incl. schema and metadata, the logical messages, the
+held-back work (``pending()``), and for bad input the DecodeError's index, offset and
+type plus the changes committed before it.
+
+Inputs: every real capture in tests/fixtures (whole, and in random batch splits, as a
+pa.BinaryArray and as a list of bytes) and Hypothesis-generated valid streams built
+from message objects with the encoder: random relations with random supported column
+types and values, plain, streamed (with subtransaction aborts) and prepared
+transactions, interleaved.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import random
+import struct
+from unittest import mock
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import pgoutput_fast.decoder as decoder_module
+from pgoutput_fast import (
+    UNCHANGED_TOAST,
+    Begin,
+    BeginPrepare,
+    Commit,
+    CommitPrepared,
+    DecodeError,
+    Delete,
+    Insert,
+    LogicalMessage,
+    Origin,
+    Prepare,
+    Relation,
+    RelationColumn,
+    RollbackPrepared,
+    StreamAbort,
+    StreamCommit,
+    StreamPrepare,
+    StreamStart,
+    StreamStop,
+    Truncate,
+    Type,
+    Update,
+    Value,
+    encode_message,
+)
+from pgoutput_fast import _reference
+from conftest import FIXTURE_NAMES, load_fixture
+
+native = pytest.importorskip("pgoutput_fast._native")
+
+IMPLS = {"native": native, "reference": _reference}
+
+# Known native bugs (reported; tests/test_decoder.py has an xfail test for each). While a
+# flag is True the inputs here stay clear of that bug; set it to False once it is fixed.
+#
+# A Truncate spooled in a stream / prepared transaction is written at commit to the
+# relation version current *then*, not the one it was sent with: generated streams do
+# not redefine a relation after such a Truncate.
+AVOID_NATIVE_TRUNCATE_VERSION_BUG = True
+# The Arrow type of an unknown-type column (string, binary once a 'b' value is seen)
+# ignores binary values of old images and counts those of rolled-back rows: generated
+# unknown-type values are text only.
+AVOID_NATIVE_UNKNOWN_BINARY_BUGS = True
+# An old-image value that lands in _special (numeric(p,s) NaN) crashes the native export
+# (segfault): generated old images never hold numeric(p,s) NaN.
+AVOID_NATIVE_OLD_SPECIAL_CRASH = True
+# With tables=False a malformed binary value leaves a map key without its value, and the
+# export after the DecodeError raises ArrowInvalid: damaged streams are not decoded
+# with tables=False.
+AVOID_NATIVE_EVENT_MAP_ROLLBACK_BUG = True
+# A transaction carried into the next feed is decoded again from its Begin, but the
+# native catalog keeps the Relation/Type messages it already applied: batches are not
+# cut inside a Begin..Commit that holds a Relation or Type message.
+AVOID_NATIVE_CARRY_CATALOG_BUG = True
+
+
+# -- two Decoders over the two implementations ------------------------------------------
+
+def make_decoder(impl, **kwargs):
+    """``pgoutput_fast.Decoder`` driving the given implementation's core."""
+    with mock.patch.object(decoder_module, "_impl", lambda: impl):
+        return decoder_module.Decoder(**kwargs)
+
+
+def run_feed(dec, messages, lsn=None):
+    """("ok", ChangeSet), ("error", (index, offset, type), ChangeSet before it), or
+    ("exception", type name, None) for anything else escaping feed()."""
+    try:
+        return ("ok", dec.feed(messages, lsn))
+    except DecodeError as exc:
+        return ("error", (exc.message_index, exc.offset, exc.message_type),
+                getattr(exc, "changes", None))
+    except Exception as exc:  # noqa: BLE001 - compared between the implementations
+        # e.g. names that are not UTF-8 (decoded with surrogateescape) fail the Arrow
+        # export in both implementations (reported)
+        return ("exception", type(exc).__name__, None)
+
+
+def assert_tables_equal(a: pa.Table, b: pa.Table, what):
+    assert a.schema.equals(b.schema, check_metadata=True), (
+        f"{what}: schemas differ\nnative:    {a.schema}\nreference: {b.schema}")
+    assert a.num_rows == b.num_rows, f"{what}: {a.num_rows} rows vs {b.num_rows}"
+    if a.equals(b):
+        return
+    for name in a.column_names:
+        ca, cb = a.column(name), b.column(name)
+        if ca.equals(cb):
+            continue
+        for i in range(len(ca)):
+            sa, sb = ca.slice(i, 1), cb.slice(i, 1)
+            # Arrow equality says NaN != NaN; their printed forms agree
+            assert sa.equals(sb) or str(sa) == str(sb), (
+                f"{what}: column {name!r} row {i} differs\nnative:    {sa}\nreference: {sb}")
+
+
+def validate_full(table):
+    """``table.validate(full=True)``, except for one known value-layer problem.
+
+    time64[us] holds PostgreSQL's 24:00:00 as 86400000000 (types.py: "24:00:00 kept"),
+    which Arrow's full validation rejects; reported. Other problems fail.
+    """
+    try:
+        table.validate(full=True)
+    except pa.ArrowInvalid as exc:
+        if "time64[us] 86400000000 is not within the acceptable range" not in str(exc):
+            raise
+
+
+def assert_changesets_equal(a, b, what="", validate=True):
+    if a is None or b is None:
+        assert a is None and b is None, what
+        return
+    if a.events is None or b.events is None:
+        assert a.events is None and b.events is None, what
+    else:
+        assert_tables_equal(a.events, b.events, f"{what} events")
+        if validate:
+            validate_full(a.events)
+            validate_full(b.events)
+    assert [v for v, _ in a.table_versions] == [v for v, _ in b.table_versions], what
+    for (va, ta), (_, tb) in zip(a.table_versions, b.table_versions):
+        assert_tables_equal(ta, tb, f"{what} {va}")
+        if validate:
+            validate_full(ta)
+            validate_full(tb)
+    assert a.messages == b.messages, what
+
+
+def assert_results_equal(ra, rb, what="", validate=True):
+    assert ra[0] == rb[0], f"{what}: native {ra[:2]} vs reference {rb[:2]}"
+    if ra[0] == "ok":
+        assert_changesets_equal(ra[1], rb[1], what, validate)
+    elif ra[0] == "exception":
+        assert ra[1] == rb[1], f"{what}: native raised {ra[1]}, reference {rb[1]}"
+    else:
+        assert ra[1] == rb[1], f"{what}: error native {ra[1]} vs reference {rb[1]}"
+        assert_changesets_equal(ra[2], rb[2], f"{what} (changes before the error)", validate)
+
+
+def feed_both(batches, as_arrow=True, validate=True, **kwargs):
+    """Feed the same batches [(messages, lsns)] to both; compare after every feed.
+
+    ``validate``: also check every output table with ``validate(full=True)``. Damaged
+    input turns off this check: both implementations copy text values into string
+    columns without UTF-8 validation (reported).
+    """
+    decs = {name: make_decoder(impl, **kwargs) for name, impl in IMPLS.items()}
+    fed = []
+    for i, (msgs, lsns) in enumerate(batches):
+        results = []
+        for name, dec in decs.items():
+            m = pa.array(msgs, pa.binary()) if as_arrow else list(msgs)
+            results.append(run_feed(dec, m, None if lsns is None else list(lsns)))
+        assert_results_equal(*results, what=f"feed #{i}", validate=validate)
+        assert_pending_equal(decs, f"feed #{i}")
+        fed += [bytes(m) for m in msgs]
+        if allowed_cuts(fed, [len(fed)]):   # (not when a carried transaction changed it)
+            assert decs["native"].catalog == decs["reference"].catalog, f"feed #{i}: catalog"
+    return decs
+
+
+def assert_pending_equal(decs, what):
+    try:
+        native_pending = decs["native"].pending()
+    except AttributeError:
+        # known native bug: pending_summary() calls the cdef Spool.size() from Python
+        # (AttributeError whenever a stream or prepared transaction is held);
+        # tests/test_decoder.py::test_pending_summary reports it
+        return
+    assert native_pending == decs["reference"].pending(), f"{what}: pending"
+
+
+def allowed_cuts(msgs, cuts):
+    """The cuts (batch boundaries before message k) the native core gets right."""
+    if not AVOID_NATIVE_CARRY_CATALOG_BUG:
+        return cuts
+    inside = set()
+    begin, has_catalog = None, False
+    for k, m in enumerate(msgs):
+        t = bytes(m[:1])
+        if t == b"B" and begin is None:
+            begin, has_catalog = k, False
+        elif begin is not None and t in (b"R", b"Y"):
+            has_catalog = True
+        elif begin is not None and t == b"C":
+            if has_catalog:
+                inside.update(range(begin + 1, k + 1))
+            begin = None
+    if begin is not None and has_catalog:
+        inside.update(range(begin + 1, len(msgs) + 1))
+    return [c for c in cuts if c not in inside]
+
+
+def split(seq, cuts):
+    bounds = [0] + sorted(cuts) + [len(seq)]
+    return [seq[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+# -- real captures ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("as_arrow", [True, False], ids=["arrow", "list"])
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_fixture_whole(name, as_arrow):
+    lsns, msgs = load_fixture(name)
+    feed_both([(msgs, lsns)], as_arrow=as_arrow)
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_fixture_random_splits(name):
+    lsns, msgs = load_fixture(name)
+    rng = random.Random(name)
+    for attempt in range(2):
+        cuts = allowed_cuts(msgs, rng.sample(range(1, len(msgs)), k=min(len(msgs) - 1, rng.randint(1, 12))))
+        batches = list(zip(split(msgs, cuts), split(lsns, cuts)))
+        feed_both(batches, as_arrow=bool(attempt % 2))
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_fixture_options(name):
+    """events only / tables only / binary_unknown / tiny spool (spills to disk)."""
+    lsns, msgs = load_fixture(name)
+    half = (allowed_cuts(msgs, range(len(msgs) // 2, len(msgs))) or [len(msgs) // 2])[0]
+    batches = [(msgs[:half], lsns[:half]), (msgs[half:], lsns[half:])]
+    feed_both(batches, events=False)
+    feed_both(batches, tables=False)
+    feed_both(batches, binary_unknown=True, max_pending_bytes=64)
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_fixture_catalog_seeded(name):
+    """A second decoder seeded with the first one's catalog, fed the second half
+    with its Relation/Type messages removed."""
+    lsns, msgs = load_fixture(name)
+    half = next((k for k in range(len(msgs) // 2, len(msgs)) if msgs[k - 1][:1] == b"C"), len(msgs) // 2)
+    first = feed_both([(msgs[:half], lsns[:half])])
+    catalog = first["native"].catalog
+    rest = [(m, l) for m, l in zip(msgs[half:], lsns[half:]) if m[:1] not in (b"R", b"Y")]
+    feed_both([([m for m, _ in rest], [l for _, l in rest])], catalog=catalog)
+
+
+def test_fixture_corruptions_agree():
+    """Damaged real messages: the same error (index, offset, type) and the same
+    committed output before it."""
+    rng = random.Random(7)
+    for name in FIXTURE_NAMES:
+        lsns, msgs = load_fixture(name)
+        msgs = [bytes(m) for m in msgs]
+        for _ in range(6):
+            i = rng.randrange(len(msgs))
+            bad = list(msgs)
+            m = bad[i]
+            how = rng.choice(["cut", "flip", "extra"])
+            if how == "cut" and len(m) > 1:
+                bad[i] = m[: rng.randrange(1, len(m))]
+            elif how == "flip":
+                j = rng.randrange(len(m))
+                bad[i] = m[:j] + bytes([m[j] ^ (1 << rng.randrange(8))]) + m[j + 1:]
+            else:
+                bad[i] = m + b"\x00"
+            lo = max(0, i - 300)
+            feed_both_damaged(bad[lo:i + 50], lsns[lo:i + 50])
+
+
+# -- generated streams ---------------------------------------------------------------------
+
+def _decimal_text(digits, scale):
+    s = str(abs(digits)).rjust(scale + 1, "0")
+    text = s if scale == 0 else f"{s[:-scale]}.{s[-scale:]}"
+    return ("-" if digits < 0 else "") + text
+
+
+def _text(max_size=8):
+    return st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+                   max_size=max_size)
+
+
+def _fmt_float(x):
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    return repr(x)
+
+
+_dates = st.dates(min_value=datetime.date(1, 1, 1))
+_times = st.times()
+_datetimes = st.datetimes()
+
+
+def _ts_text(d):
+    s = d.strftime("%Y-%m-%d %H:%M:%S").rjust(19, "0")
+    return s + (f".{d.microsecond:06d}".rstrip("0") if d.microsecond else "")
+
+
+def _time_text(t):
+    s = f"{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
+    return s + (f".{t.microsecond:06d}".rstrip("0") if t.microsecond else "")
+
+
+def _array_text(items):
+    out = []
+    for v in items:
+        if v is None:
+            out.append("NULL")
+        elif v == "" or v.upper() == "NULL" or any(c in v for c in '{},"\\ \t\n'):
+            out.append('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"')
+        else:
+            out.append(v)
+    return "{" + ",".join(out) + "}"
+
+
+# (type oid, typmod, text-value strategy, binary-value strategy or None)
+COLUMN_TYPES = [
+    (16, -1, st.sampled_from(["t", "f"]), st.sampled_from([b"\x00", b"\x01"])),
+    (21, -1, st.integers(-(1 << 15), (1 << 15) - 1).map(str),
+     st.integers(-(1 << 15), (1 << 15) - 1).map(lambda v: v.to_bytes(2, "big", signed=True))),
+    (23, -1, st.integers(-(1 << 31), (1 << 31) - 1).map(str),
+     st.integers(-(1 << 31), (1 << 31) - 1).map(lambda v: v.to_bytes(4, "big", signed=True))),
+    (20, -1, st.integers(-(1 << 63), (1 << 63) - 1).map(str),
+     st.integers(-(1 << 63), (1 << 63) - 1).map(lambda v: v.to_bytes(8, "big", signed=True))),
+    (26, -1, st.integers(0, (1 << 32) - 1).map(str), None),
+    (701, -1, st.floats().map(_fmt_float),
+     st.floats().map(lambda f: struct.pack(">d", f))),
+    (700, -1, st.floats(width=32, allow_nan=False).map(_fmt_float), None),
+    (1700, (10 << 16 | 3) + 4, st.one_of(
+        st.integers(-(10 ** 10) + 1, 10 ** 10 - 1).map(lambda d: _decimal_text(d, 3)),
+        st.just("NaN")), None),
+    (1700, -1, st.one_of(
+        st.tuples(st.integers(-(10 ** 30), 10 ** 30), st.integers(0, 12)).map(lambda t: _decimal_text(*t)),
+        st.sampled_from(["NaN", "Infinity", "-Infinity"])), None),
+    (25, -1, _text(), _text().map(lambda s: s.encode())),
+    (1043, 14, _text(10), None),
+    (1042, 9, _text(5).map(lambda s: s.ljust(5)), None),
+    (17, -1, st.binary(max_size=8).map(lambda b: "\\x" + b.hex()), st.binary(max_size=8)),
+    (1082, -1, st.one_of(_dates.map(lambda d: d.isoformat().rjust(10, "0")),
+                         st.sampled_from(["infinity", "-infinity"])), None),
+    (1083, -1, _times.map(_time_text), None),
+    (1114, -1, _datetimes.map(_ts_text), None),
+    (1184, -1, _datetimes.map(lambda d: _ts_text(d) + "+00"), None),
+    (2950, -1, st.uuids().map(str), st.uuids().map(lambda u: u.bytes)),
+    (114, -1, st.sampled_from(['{"a": 1}', "[1, 2]", "null", ' {"b" :2} ']), None),
+    (3802, -1, st.sampled_from(['{"a": 1}', "[1, 2]", "null", '{"a": 2, "b": 1}']), None),
+    (1007, -1, st.lists(st.one_of(st.none(), st.integers(-(1 << 31), (1 << 31) - 1).map(str)),
+                        max_size=4).map(_array_text), None),
+    (1009, -1, st.lists(st.one_of(st.none(), _text(4)), max_size=4).map(_array_text), None),
+    (16999, -1, _text(), st.binary(max_size=6)),   # a type the decoder does not know
+]
+
+
+class StreamBuilder:
+    """Draws a valid pgoutput message stream (PROTOCOL.md §3) step by step."""
+
+    def __init__(self, draw, *, redefine=True, binary=True):
+        self.draw = draw
+        self.redefine = redefine
+        self.binary = binary
+        self.msgs = []
+        self.lsns = []
+        self.lsn = 1000
+        self.rels = {}            # relid -> Relation (as the decoder's catalog has it)
+        self.xids = iter(range(500, 1 << 30, 7))
+        self.streams = {}         # top xid -> subxids seen
+        self.prepared = {}        # gid -> prepare end LSN
+        self.gids = iter(f"gid-{i}" for i in range(1 << 20))
+        self.pending_body = False         # writing a streamed / prepared body
+        self.spooled_truncates = set()    # relids truncated inside one
+
+    def emit(self, msg, lsn=None):
+        self.lsn += self.draw(st.integers(1, 200))
+        self.msgs.append(encode_message(msg))
+        self.lsns.append(self.lsn if lsn is None else lsn)
+
+    def next_lsn(self):
+        self.lsn += self.draw(st.integers(1, 50))
+        return self.lsn
+
+    # -- relations and rows -------------------------------------------------------
+    def new_relation(self, relid, xid):
+        ncols = self.draw(st.integers(0, 5))
+        cols = []
+        for i in range(ncols):
+            t = self.draw(st.integers(0, len(COLUMN_TYPES) - 1))
+            oid, typmod = COLUMN_TYPES[t][:2]
+            cols.append(RelationColumn(self.draw(st.sampled_from([0, 1])), f"c{i}_{oid}", oid, typmod))
+        if any(c.type_oid == 16999 for c in cols):
+            self.emit(Type(16999, "public", "mood", xid), lsn=0)
+        rel = Relation(relid, self.draw(st.sampled_from(["public", "s", ""])), f"t{relid}",
+                       self.draw(st.sampled_from("dfin")), tuple(cols), xid)
+        self.rels[relid] = rel._replace(xid=None)
+        self.emit(rel, lsn=self.draw(st.sampled_from([0, self.lsn])))
+
+    def value(self, col, allow_toast, old=False):
+        spec = next(s for s in COLUMN_TYPES if s[0] == col.type_oid and s[1] == col.typmod)
+        text = spec[2]
+        if old and AVOID_NATIVE_OLD_SPECIAL_CRASH and col.type_oid == 1700 and col.typmod != -1:
+            text = text.filter(lambda v: v != "NaN")
+        choices = ["t", "t", "t", "n"]
+        if self.binary and spec[3] is not None and not (
+                AVOID_NATIVE_UNKNOWN_BINARY_BUGS and col.type_oid == 16999):
+            choices.append("b")
+        if allow_toast:
+            choices.append("u")
+        kind = self.draw(st.sampled_from(choices))
+        if kind == "n":
+            return None
+        if kind == "u":
+            return UNCHANGED_TOAST
+        if kind == "b":
+            return Value("b", self.draw(spec[3]))
+        return Value("t", self.draw(text).encode())
+
+    def tuple_for(self, rel, kind):
+        if kind == "K":
+            return tuple(self.value(c, False, True) if c.flags & 1 else None for c in rel.columns)
+        return tuple(self.value(c, kind == "N", kind == "O") for c in rel.columns)
+
+    def change(self, xid=None, top=None):
+        """Maybe a (re)definition, then one I/U/D/T/transactional M."""
+        relid = self.draw(st.sampled_from([16384, 16390, 16400]))
+        may_redefine = self.redefine and not (AVOID_NATIVE_TRUNCATE_VERSION_BUG
+                                              and relid in self.spooled_truncates)
+        if relid not in self.rels or (may_redefine and self.draw(st.integers(0, 9)) == 0):
+            self.new_relation(relid, xid)
+        elif self.draw(st.integers(0, 12)) == 0:
+            self.emit(self.rels[relid]._replace(xid=xid), lsn=0)   # an identical repeat
+        rel = self.rels[relid]
+        op = self.draw(st.sampled_from("IIIUUDTM"))
+        if op == "I":
+            self.emit(Insert(relid, self.tuple_for(rel, "N"), xid))
+        elif op == "U":
+            old_kind = self.draw(st.sampled_from([None, "K", "O"]))
+            old = None if old_kind is None else self.tuple_for(rel, old_kind)
+            self.emit(Update(relid, old_kind, old, self.tuple_for(rel, "N"), xid))
+        elif op == "D":
+            old_kind = self.draw(st.sampled_from(["K", "O"]))
+            self.emit(Delete(relid, old_kind, self.tuple_for(rel, old_kind), xid))
+        elif op == "T":
+            relids = self.draw(st.lists(st.sampled_from(sorted(self.rels)), min_size=1, max_size=3))
+            if self.pending_body:
+                self.spooled_truncates.update(relids)
+            self.emit(Truncate(self.draw(st.integers(0, 3)), tuple(relids), xid))
+        else:
+            self.emit(LogicalMessage(1, self.lsn, "p", self.draw(st.binary(max_size=6)),
+                                     top if xid is not None else None))
+
+    def body(self, xid=None, top=None, max_changes=4):
+        for _ in range(self.draw(st.integers(0, max_changes))):
+            self.change(xid, top)
+
+    # -- transactions ----------------------------------------------------------------
+    def origin(self):
+        if self.draw(st.integers(0, 4)) == 0:
+            self.emit(Origin(self.draw(st.sampled_from([0, 77])), self.draw(st.sampled_from(["o1", "sub_x"]))))
+
+    def plain(self):
+        final = self.lsn + 10_000
+        ts = self.draw(st.integers(0, 1 << 50))
+        self.emit(Begin(final, ts, next(self.xids)))
+        self.origin()
+        self.body()
+        self.emit(Commit(0, final, final + 40, ts), lsn=final + 40)
+        self.lsn = final + 41
+
+    def stream_block(self):
+        open_xids = sorted(self.streams)
+        if open_xids and self.draw(st.booleans()):
+            top = self.draw(st.sampled_from(open_xids))
+            self.emit(StreamStart(top, 0))
+        else:
+            top = next(self.xids)
+            self.streams[top] = []
+            self.emit(StreamStart(top, 1))
+            self.origin()
+        self.pending_body = True
+        for _ in range(self.draw(st.integers(0, 4))):
+            subs = self.streams[top]
+            pick = self.draw(st.integers(0, 3))
+            if pick == 0 or not subs:
+                xid = top if pick == 1 else next(self.xids)
+            else:
+                xid = self.draw(st.sampled_from(subs))
+            if xid != top and xid not in subs:
+                subs.append(xid)
+            self.change(xid, top)
+        self.pending_body = False
+        self.emit(StreamStop())
+
+    def stream_end(self):
+        if not self.streams:
+            # a stray abort of a transaction never streamed is ignored
+            x = next(self.xids)
+            self.emit(StreamAbort(x, self.draw(st.sampled_from([x, x + 1]))))
+            return
+        top = self.draw(st.sampled_from(sorted(self.streams)))
+        how = self.draw(st.sampled_from(["commit", "commit", "abort_sub", "abort_sub", "abort", "prepare"]))
+        v4 = self.draw(st.booleans())
+        if how == "abort_sub":
+            subs = self.streams[top]
+            sub = self.draw(st.sampled_from(subs)) if subs and self.draw(st.integers(0, 4)) else next(self.xids)
+            self.emit(StreamAbort(top, sub, *((self.next_lsn(), 5) if v4 else ())))
+            return
+        del self.streams[top]
+        if how == "abort":
+            self.emit(StreamAbort(top, top, *((self.next_lsn(), 5) if v4 else ())))
+        elif how == "commit":
+            end = self.next_lsn()
+            self.emit(StreamCommit(top, 0, end - 20, end, self.draw(st.integers(0, 1 << 50))), lsn=end)
+        else:
+            gid = next(self.gids)
+            end = self.next_lsn()
+            self.emit(StreamPrepare(0, end - 20, end, 9, top, gid), lsn=end)
+            self.prepared[gid] = (end, top)
+
+    def prepare(self, gid=None, xid=None):
+        gid = gid or next(self.gids)
+        xid = xid or next(self.xids)
+        start = self.lsn + 10_000
+        self.emit(BeginPrepare(start, start + 30, 9, xid, gid), lsn=0)
+        self.origin()
+        self.pending_body = True
+        self.body()
+        self.pending_body = False
+        self.emit(Prepare(0, start, start + 30, 9, xid, gid), lsn=start + 30)
+        self.lsn = start + 31
+        self.prepared[gid] = (start + 30, xid)
+
+    def finish_prepared(self):
+        if not self.prepared:
+            return self.prepare()
+        gid = self.draw(st.sampled_from(sorted(self.prepared)))
+        end, xid = self.prepared[gid]
+        how = self.draw(st.sampled_from(["K", "K", "r", "r_other", "resend_K"]))
+        if how == "resend_K":
+            self.prepare(gid, xid)          # b..P sent again (reconnect), then K
+            how = "K"
+            end, xid = self.prepared[gid]
+        if how == "K":
+            del self.prepared[gid]
+            c = self.next_lsn()
+            self.emit(CommitPrepared(0, c, c + 30, self.draw(st.integers(0, 1 << 50)), xid, gid), lsn=c + 30)
+        elif how == "r":
+            del self.prepared[gid]
+            self.emit(RollbackPrepared(0, end, self.next_lsn(), 9, 10, xid, gid))
+        else:   # a rollback of an older prepared transaction with the same GID: kept
+            self.emit(RollbackPrepared(0, end + 1, self.next_lsn(), 9, 10, xid, gid))
+
+    def nontx_message(self):
+        self.emit(LogicalMessage(0, self.lsn, "nt", self.draw(st.binary(max_size=5))))
+
+    def build(self, steps):
+        actions = [self.plain, self.plain, self.stream_block, self.stream_block, self.stream_end,
+                   self.prepare, self.finish_prepared, self.nontx_message]
+        for _ in range(steps):
+            self.draw(st.sampled_from(actions))()
+        return self.msgs, self.lsns
+
+
+@st.composite
+def streams(draw, redefine=True, binary=True, max_steps=14):
+    """(messages, lsns) of a valid stream."""
+    builder = StreamBuilder(draw, redefine=redefine, binary=binary)
+    return builder.build(draw(st.integers(1, max_steps)))
+
+
+PARITY_SETTINGS = settings(max_examples=200, deadline=None,
+                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@PARITY_SETTINGS
+@given(stream=streams(), data=st.data())
+def test_generated_stream_parity(stream, data):
+    msgs, lsns = stream
+    feed_both([(msgs, lsns)], as_arrow=data.draw(st.booleans()))
+
+
+@PARITY_SETTINGS
+@given(stream=streams(), data=st.data())
+def test_generated_stream_parity_split(stream, data):
+    msgs, lsns = stream
+    cuts = data.draw(st.lists(st.integers(1, max(1, len(msgs) - 1)), max_size=5, unique=True)) if len(msgs) > 1 else []
+    cuts = allowed_cuts(msgs, cuts)
+    options = data.draw(st.sampled_from([{}, {"events": False}, {"tables": False},
+                                         {"binary_unknown": True}, {"max_pending_bytes": 40}]))
+    feed_both(list(zip(split(msgs, cuts), split(lsns, cuts))), as_arrow=data.draw(st.booleans()), **options)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=streams(max_steps=8), data=st.data())
+def test_generated_stream_damaged_parity(stream, data):
+    """One message of a valid stream damaged: same error, same output before it."""
+    msgs, lsns = stream
+    i = data.draw(st.integers(0, len(msgs) - 1))
+    m = msgs[i]
+    how = data.draw(st.sampled_from(["cut", "flip", "extra", "drop"]))
+    if how == "cut":
+        msgs[i] = m[: data.draw(st.integers(0, len(m) - 1))]
+    elif how == "flip":
+        j = data.draw(st.integers(0, len(m) - 1))
+        msgs[i] = m[:j] + bytes([m[j] ^ data.draw(st.integers(1, 255))]) + m[j + 1:]
+    elif how == "extra":
+        msgs[i] = m + b"\x00"
+    else:
+        del msgs[i], lsns[i]
+    options = [{}, {"events": False}] + ([] if AVOID_NATIVE_EVENT_MAP_ROLLBACK_BUG else [{"tables": False}])
+    feed_both_damaged(msgs, lsns, **data.draw(st.sampled_from(options)))
+
+
+def pending_context(msgs):
+    """Per message: True when it is inside S..E or b..P (spooled, not written)."""
+    out, state = [], None
+    for m in msgs:
+        t = m[:1]
+        if t in (b"S", b"b") and state is None:
+            state = t
+        out.append(state is not None)
+        if (t == b"E" and state == b"S") or (t == b"P" and state == b"b"):
+            state = None
+    return out
+
+
+def feed_both_damaged(msgs, lsns, **options):
+    """feed_both, tolerating the known native difference on spooled DML/Truncate.
+
+    Known native bug (reported): inside S..E and b..P the native core checks only a
+    change's structure on arrival; its column count, 'u' in an old tuple, values and
+    Truncate relids are checked when Stream Commit / Commit Prepared replays it, so the
+    error carries the index of that commit (or a structural error that comes later in
+    the message). The reference checks a spooled change on arrival exactly as a
+    direct one, in wire order.
+    """
+    results = [run_feed(make_decoder(impl, **options), pa.array(msgs, pa.binary()), lsns)
+               for impl in IMPLS.values()]
+    if results[0] == ("exception", "OverflowError", None):
+        # known native bug: a Begin/Commit LSN >= 2**63 raises OverflowError (reported)
+        return
+    if ("exception", "UnicodeEncodeError", None) in results:
+        # a name damaged into non-UTF-8 (decoded with surrogateescape) cannot go into an
+        # Arrow string; native fails every export once such a relation is known, the
+        # reference only when a row of it is exported (reported)
+        return
+    if results[0][0] != "ok" or results[1][0] != "ok":
+        ref = results[1]
+        if ref[0] == "error" and ref[1][0] is not None:
+            j = ref[1][0]
+            if msgs[j][:1] in (b"I", b"U", b"D", b"T") and pending_context(msgs)[j] \
+                    and results[0][:2] != ref[:2]:
+                return   # the known difference; everything else must agree
+    feed_both([(msgs, lsns)], validate=False, **options)
