@@ -149,9 +149,17 @@ class Decoder:
         committed changes before the bad message are attached as ``exc.changes``.
         """
         batch = self._batch_cls()
-        batch.add_pairs(self._core.take_carry())
+        # the carried messages stay in the core until feed_into replaces them, so a
+        # batch rejected here loses nothing
+        batch.add_pairs(self._core.peek_carry())
         ncarry = len(batch)
-        batch.add(messages, lsn)
+        try:
+            batch.add(messages, lsn)
+        except DecodeError as exc:
+            if exc.message_index is not None:
+                exc.message_index -= ncarry
+            exc.changes = self._export()
+            raise
         try:
             batch.feed_into(self._core)
         except DecodeError as exc:
@@ -177,7 +185,5 @@ def decode_changes(messages, lsn=None, **kwargs) -> ChangeSet:
 
 def __getattr__(name):
     if name == "EVENT_SCHEMA":
-        from ._native import EVENT_SCHEMA  # noqa: F401
-
-        return EVENT_SCHEMA
+        return _impl().EVENT_SCHEMA
     raise AttributeError(name)

@@ -19,7 +19,7 @@ text varchar bpchar name      string                                      bpchar
 bytea                         binary
 json / jsonb                  string                                      jsonb: PG's normalised text
 date                          date32                                      ±infinity -> int32 max/min
-time                          time64[us]                                  24:00:00 kept
+time                          time64[us]                                  24:00:00 -> null + _special
 timetz                        string ('HH:MM:SS[.f]+HH[:MM[:SS]]')
 timestamp                     timestamp[us]                               ±infinity -> int64 max/min
 timestamptz                   timestamp[us, tz=UTC]                       ±infinity -> int64 max/min

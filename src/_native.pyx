@@ -13,6 +13,8 @@
     decoder.pxi        the stateful columnar decoder core
 """
 
+cimport cython
+
 import numpy as np
 import pyarrow as pa
 

@@ -8,7 +8,7 @@
 # Value parsers append the *data* of one valid value; the scanner then ends the row with
 # col_end_row(), which writes offsets/validity/toast (and zeros for a fixed-width null).
 
-from libc.stdlib cimport malloc, realloc, free
+from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memset
 
 cdef enum ColLayout:
@@ -302,16 +302,20 @@ cdef int _validity_backfill(Column *c) noexcept nogil:
 
 cdef void col_truncate(Column *c, Py_ssize_t n) noexcept nogil:
     """Drop rows >= n (used to roll back a failed or uncommitted tail)."""
-    cdef int32_t end
-    if n >= c.length:
+    cdef int32_t end = 0
+    if n > c.length:
         return
+    # n == length still drops the bytes of a partially scanned row
     if c.layout == LAYOUT_FIXED:
         c.data.len = n * c.fixed_width
     elif c.layout == LAYOUT_BOOL:
         c.data.len = (n + 7) >> 3
     else:
-        memcpy(&end, c.offsets.data + 4 * n, 4)
-        c.offsets.len = 4 * (n + 1)
+        if c.offsets.len >= 4 * (n + 1):
+            memcpy(&end, c.offsets.data + 4 * n, 4)
+            c.offsets.len = 4 * (n + 1)
+        else:
+            c.offsets.len = 0          # no row was ever finished
         if c.layout == LAYOUT_VARLEN:
             c.data.len = end
         else:
@@ -326,6 +330,7 @@ cdef void col_truncate(Column *c, Py_ssize_t n) noexcept nogil:
 
 # -- export ------------------------------------------------------------------------
 
+@cython.auto_pickle(False)
 cdef class NativeBuffer:
     """Owns malloc'd memory and exposes it through the buffer protocol (for pa.py_buffer)."""
     cdef unsigned char *ptr

@@ -159,13 +159,16 @@ cdef inline int map_end_row(MapB *mb, bint valid) noexcept nogil:
 
 
 cdef void map_truncate(MapB *mb, Py_ssize_t rows) noexcept nogil:
-    cdef int32_t end
-    if rows >= mb.rows:
+    """Drop rows >= rows, and the entries of a row begun but not ended."""
+    cdef int32_t end = 0
+    if rows > mb.rows:
         return
-    memcpy(&end, mb.offsets.data + 4 * rows, 4)
-    mb.offsets.len = 4 * (rows + 1)
+    if mb.offsets.len >= 4 * (rows + 1):
+        memcpy(&end, mb.offsets.data + 4 * rows, 4)
+        mb.offsets.len = 4 * (rows + 1)
     mb.key_ids.len = 4 * end
-    col_truncate(mb.values, end)
+    if mb.values != NULL:
+        col_truncate(mb.values, end)
     mb.valid.len = (rows + 7) >> 3
     mb.rows = rows
 
@@ -212,6 +215,7 @@ cdef class RelBuilders:
     cdef Py_ssize_t nbefore
     cdef int32_t *name_ids
     cdef unsigned char *is_key
+    cdef unsigned char *any_binary_committed   # per column: a committed 'b' value (unknown types)
     cdef Meta meta
     cdef Py_ssize_t committed          # rows of committed transactions
     cdef Py_ssize_t committed_before
@@ -231,6 +235,7 @@ cdef class RelBuilders:
             free(self.before)
         free(self.name_ids)
         free(self.is_key)
+        free(self.any_binary_committed)
         buf_free(&self.before_rows)
         buf_free(&self.before_kind)
         meta_free(&self.meta)
@@ -257,7 +262,8 @@ cdef class RelBuilders:
         self.ncols = len(version.columns)
         self.name_ids = <int32_t *>malloc(sizeof(int32_t) * (self.ncols + 1))
         self.is_key = <unsigned char *>malloc(self.ncols + 1)
-        if self.name_ids == NULL or self.is_key == NULL:
+        self.any_binary_committed = <unsigned char *>calloc(self.ncols + 1, 1)
+        if self.name_ids == NULL or self.is_key == NULL or self.any_binary_committed == NULL:
             raise MemoryError()
         for i in range(self.ncols):
             self.name_ids[i] = name_ids[i]
@@ -282,13 +288,22 @@ cdef class RelBuilders:
         self.before_kind.len = self.committed_before
         self.nbefore = self.committed_before
         meta_truncate(&self.meta, self.committed)
-        if self.specials:
-            self.specials = [s for s in self.specials if s[0] < self.committed]
+        # specials are appended in row order (old-image ones at their main row)
+        while self.specials and self.specials[len(self.specials) - 1][0] >= self.committed:
+            self.specials.pop()
+        for i in range(self.ncols):
+            self.cols[i].any_binary = self.any_binary_committed[i]
+            if self.before != NULL:
+                self.before[i].any_binary = self.any_binary_committed[i]
         self.dirty = False
 
     cdef void commit(self) noexcept:
+        cdef int i
         self.committed = self.meta.rows
         self.committed_before = self.nbefore
+        for i in range(self.ncols):
+            self.any_binary_committed[i] = self.cols[i].any_binary or (
+                self.before != NULL and self.before[i].any_binary)
         self.dirty = False
 
     cdef object export(self, DecoderCore core):
@@ -300,6 +315,7 @@ cdef class RelBuilders:
         cdef list fields = []
         binary_unknown = core.binary_unknown
         toast_masks = []
+        special = core._specials_column(self, n)
         meta = meta_export(&self.meta, core.origins, "_")
         for key in ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_origin"):
             arrays.append(meta[key])
@@ -308,7 +324,10 @@ cdef class RelBuilders:
             mask = col_export_toast_mask(self.cols[i])
             if mask is not None:
                 toast_masks.append((i, mask))
-            t = self.col_types[i].arrow_type(binary_unknown or self.cols[i].any_binary)
+            t = self.col_types[i].arrow_type(binary_unknown or self.any_binary_committed[i])
+            self.any_binary_committed[i] = 0
+            if self.before != NULL:
+                self.before[i].any_binary = False
             arr = col_export(self.cols[i], t)
             arrays.append(arr)
             fields.append(pa.field(names[i], arr.type))
@@ -346,7 +365,6 @@ cdef class RelBuilders:
         toast = _toast_lists(n, toast_masks, names)
         arrays.append(toast)
         fields.append(pa.field("_unchanged_toast", toast.type))
-        special = core._specials_column(self, n)
         arrays.append(special)
         fields.append(pa.field("_special", special.type))
         self.specials = []
@@ -384,6 +402,7 @@ cdef class Spool:
     cdef object file                   # spill file (binary, w+b) or None
     cdef Py_ssize_t file_size
     cdef dict first_pos                # subxid -> logical position of its first message
+    cdef list truncates                # per spooled Truncate: RelBuilders of its relids at arrival
     cdef public int32_t origin
     cdef public object xid
     cdef public object gid
@@ -392,6 +411,7 @@ cdef class Spool:
 
     def __cinit__(self):
         self.first_pos = {}
+        self.truncates = []
         self.origin = -1
 
     def __dealloc__(self):
@@ -402,7 +422,7 @@ cdef class Spool:
             except Exception:
                 pass
 
-    cdef inline Py_ssize_t size(self):
+    cpdef Py_ssize_t size(self):
         return self.file_size + self.mem.len
 
     cdef int append(self, int kind, bint in_stream, int32_t rb_id, const MsgRef *m,
@@ -488,6 +508,7 @@ cdef class DecoderCore:
     cdef int state
     cdef Ctx ctx
     cdef Py_ssize_t txn_start       # index in refs of the open transaction's Begin
+    cdef object txn_undo            # (nrbs, {typid: old}, {relid: (nversions, rb)}) of the open B..C
     cdef list txn_messages          # transactional logical messages of the open B..C
     cdef list out_messages          # logical messages ready for the ChangeSet
     cdef dict streams               # top-level xid -> Spool
@@ -500,6 +521,7 @@ cdef class DecoderCore:
     cdef Buf ev_relid               # int64
     cdef Buf ev_rb                  # int32 RelBuilders id (schema / table names)
     cdef Buf ev_before_kind         # 1 byte: K O or 0
+    cdef Buf ev_trunc               # 1 byte: Truncate options, 0xFF = not a truncate
     cdef MapB ev_before
     cdef MapB ev_after
     cdef Buf ev_toast_off           # int32 offsets
@@ -540,6 +562,7 @@ cdef class DecoderCore:
     def __dealloc__(self):
         meta_free(&self.ev_meta)
         buf_free(&self.ev_relid); buf_free(&self.ev_rb); buf_free(&self.ev_before_kind)
+        buf_free(&self.ev_trunc)
         map_free(&self.ev_before); map_free(&self.ev_after)
         buf_free(&self.ev_toast_off); buf_free(&self.ev_toast_ids)
         buf_free(&self.scratch)
@@ -595,23 +618,60 @@ cdef class DecoderCore:
                 self._dispatch(&refs[i], i, refs)
         except DecodeError as exc:
             exc.message_index = i
-            self._rollback_open()
-            self.state = ST_NONE
-            self.cur = None
+            self._reset_after_error()
             raise
         except BaseException:
-            self._rollback_open()
-            self.state = ST_NONE
-            self.cur = None
+            self._reset_after_error()
             raise
         if self.state == ST_TXN:
-            # carry the open transaction's messages into the next feed
+            # carry the open transaction's messages into the next feed; they are decoded
+            # again from its Begin, so the catalog goes back to how it was there
             self._rollback_open()
+            self._undo_catalog()
             self.carry = [(refs[j].lsn, bytes(<const unsigned char[:refs[j].n]>refs[j].p))
                           for j in range(self.txn_start, nrefs)]
             self.state = ST_NONE
         else:
             self.carry = []
+
+    cdef void _reset_after_error(self):
+        self._rollback_open()
+        self.state = ST_NONE
+        self.cur = None
+        self.carry = []
+        self.txn_undo = None
+
+    cdef int _undo_catalog(self) except -1:
+        """Undo the Relation/Type messages of the open transaction (it is carried)."""
+        cdef RelBuilders rb
+        undo = self.txn_undo
+        self.txn_undo = None
+        if undo is None:
+            return 0
+        nrbs, types, relations = undo
+        cat = self.catalog
+        for typid, old in types.items():
+            if old is None:
+                cat.types.pop(typid, None)
+            else:
+                cat.types[typid] = old
+        for relid, (nversions, current) in relations.items():
+            del cat.relations[relid][nversions:]
+            if not cat.relations[relid]:
+                del cat.relations[relid]
+            if current is None:
+                self.rb_current.pop(relid, None)
+            else:
+                self.rb_current[relid] = current
+        for rb in self.rb_all[nrbs:]:          # created by this transaction: no rows
+            del self.rb_by_version[(rb.version.relid, rb.version.version)]
+        del self.rb_all[nrbs:]
+        self.last_rb = None
+        return 0
+
+    def peek_carry(self):
+        """The carried messages; feed() replaces them (the caller puts them first)."""
+        return self.carry
 
     def take_carry(self):
         c = self.carry
@@ -673,8 +733,9 @@ cdef class DecoderCore:
         self._require(ST_NONE, m, "Begin")
         self.state = ST_TXN
         self.txn_start = index
-        self.ctx.commit_lsn = <int64_t>msg.final_lsn
-        self.ctx.commit_ts = _unix_ts(msg.commit_ts)
+        self.txn_undo = (len(self.rb_all), {}, {})
+        self.ctx.commit_lsn = <int64_t><uint64_t>msg.final_lsn
+        self.ctx.commit_ts = _unix_ts(msg.commit_ts, 9, "B")
         self.ctx.xid = msg.xid
         self.ctx.seq = 0
         self.ctx.origin = -1
@@ -685,11 +746,12 @@ cdef class DecoderCore:
         cdef RelBuilders rb
         msg = decode_message(<const unsigned char[:m.n]>m.p)
         self._require(ST_TXN, m, "Commit")
-        if <int64_t>msg.commit_lsn != self.ctx.commit_lsn:
+        if <int64_t><uint64_t>msg.commit_lsn != self.ctx.commit_lsn:
             self._fail(f"Commit LSN {msg.commit_lsn:X} does not match its Begin's final LSN "
                        f"{<uint64_t>self.ctx.commit_lsn:X}", m, 2)
         self._commit_rows()
         self.state = ST_NONE
+        self.txn_undo = None
         return 0
 
     cdef void _commit_rows(self):
@@ -717,6 +779,14 @@ cdef class DecoderCore:
         msg = decode_message(<const unsigned char[:m.n]>m.p, in_stream=self.state == ST_STREAM)
         if self.state == ST_STREAM:
             self.cur.note_xid(xid)
+        if self.state == ST_TXN:
+            nrbs, types, relations = self.txn_undo
+            if t == 89:
+                if msg.typid not in types:
+                    types[msg.typid] = self.catalog.types.get(msg.typid)
+            elif msg.relid not in relations:
+                relations[msg.relid] = (len(self.catalog.relations.get(msg.relid, ())),
+                                        self.rb_current.get(msg.relid))
         if t == 89:
             self.catalog.apply_type(msg)
         else:
@@ -748,7 +818,7 @@ cdef class DecoderCore:
             sp = self.streams.pop(msg.xid, None)
             if sp is None:
                 self._fail(f"Stream Commit for transaction {msg.xid} that was never streamed", m, 1)
-            self._replay(sp, msg.commit_lsn, msg.commit_ts, msg.xid)
+            self._replay(sp, msg.commit_lsn, msg.commit_ts, msg.xid, 22, "c")
         else:          # A
             self._require(ST_NONE, m, "Stream Abort")
             if msg.xid == msg.subxid:
@@ -795,7 +865,7 @@ cdef class DecoderCore:
             if sp is None:
                 self._fail(f"Commit Prepared for unknown GID {msg.gid!r} (its Begin Prepare.."
                            "Prepare was not seen)", m, 0)
-            self._replay(sp, msg.commit_lsn, msg.commit_ts, msg.xid)
+            self._replay(sp, msg.commit_lsn, msg.commit_ts, msg.xid, 18, "K")
         else:          # r
             self._require(ST_NONE, m, "Rollback Prepared")
             sp = self.prepared.get(msg.gid)
@@ -804,7 +874,8 @@ cdef class DecoderCore:
                 del self.prepared[msg.gid]
         return 0
 
-    cdef int _replay(self, Spool sp, uint64_t commit_lsn, int64_t commit_ts, uint32_t xid) except -1:
+    cdef int _replay(self, Spool sp, uint64_t commit_lsn, int64_t commit_ts, uint32_t xid,
+                     Py_ssize_t ts_offset, str mtype) except -1:
         """Emit a spooled transaction as committed with the given metadata."""
         cdef const unsigned char *p
         cdef Py_ssize_t n, pos
@@ -816,7 +887,7 @@ cdef class DecoderCore:
         cdef RelBuilders rb
         cdef bytes data
         self.ctx.commit_lsn = <int64_t>commit_lsn
-        self.ctx.commit_ts = _unix_ts(commit_ts)
+        self.ctx.commit_ts = _unix_ts(commit_ts, ts_offset, mtype)
         self.ctx.xid = xid
         self.ctx.seq = 0
         self.ctx.origin = sp.origin
@@ -841,7 +912,7 @@ cdef class DecoderCore:
                 if kind == REC_DML:
                     self._write_dml(&m, &c, m.p[0], <RelBuilders>self.rb_all[rb_id])
                 elif kind == REC_TRUNCATE:
-                    self._write_truncate(&m, &c)
+                    self._write_truncate(&m, &c, sp.truncates[rb_id])
                 else:
                     self.txn_messages.append(self._message_obj(&m, p[pos + 1]))
                 pos += REC_HEAD + len32
@@ -884,18 +955,36 @@ cdef class DecoderCore:
             c.pos = start
             return self._write_dml(m, c, t, rb)
         if self.state == ST_STREAM or self.state == ST_PREPARE:
-            # validate now so a bad message fails where it arrives, not at commit
-            decode_message(<const unsigned char[:m.n]>m.p, in_stream=self.state == ST_STREAM)
+            # validate now, exactly as the replay will decode it, so a bad message fails
+            # where it arrives and not at commit: a dry-run write, rolled back at once
+            c.pos = start
+            seq = self.ctx.seq
+            try:
+                self._write_dml(m, c, t, rb)
+            finally:
+                self._rollback_open()
+                self.ctx.seq = seq
             return self._spool(m, REC_DML, rb.id, xid)
         self._fail("change outside a transaction", m, 0)
 
     cdef int _on_truncate(self, const MsgRef *m, Cursor *c, uint32_t xid) except -1:
         if self.state == ST_TXN:
-            return self._write_truncate(m, c)
-        decode_message(<const unsigned char[:m.n]>m.p, in_stream=self.state == ST_STREAM)
+            return self._write_truncate(m, c, None)
+        msg = decode_message(<const unsigned char[:m.n]>m.p, in_stream=self.state == ST_STREAM)
         if self.state == ST_STREAM or self.state == ST_PREPARE:
-            return self._spool(m, REC_TRUNCATE, -1, xid)
+            # the relation versions are those in effect where the Truncate arrives
+            self.cur.truncates.append(self._truncate_targets(msg, m))
+            return self._spool(m, REC_TRUNCATE, len(self.cur.truncates) - 1, xid)
         self._fail("Truncate outside a transaction", m, 0)
+
+    cdef list _truncate_targets(self, object msg, const MsgRef *m):
+        targets = []
+        for relid in msg.relids:
+            rb = self.rb_current.get(relid)
+            if rb is None:
+                self._fail(f"Truncate of relation {relid} before any Relation message for it", m, 0)
+            targets.append(rb)
+        return targets
 
     cdef int _on_logical_message(self, const MsgRef *m, uint32_t xid) except -1:
         msg = decode_message(<const unsigned char[:m.n]>m.p, in_stream=self.state == ST_STREAM)
@@ -910,20 +999,23 @@ cdef class DecoderCore:
             self._fail("transactional Message outside a transaction", m, 0)
         return 0
 
-    cdef int _write_truncate(self, const MsgRef *m, Cursor *c) except -1:
-        msg = decode_message(<const unsigned char[:m.n]>m.p, in_stream=c.pos == 5)
+    cdef int _write_truncate(self, const MsgRef *m, Cursor *c, list targets) except -1:
         cdef RelBuilders rb
-        for relid in msg.relids:
-            rb = self.rb_current.get(relid)
-            if rb is None:
-                self._fail(f"Truncate of relation {relid} before any Relation message for it", m, 0)
+        cdef int options
+        if targets is None:
+            msg = decode_message(<const unsigned char[:m.n]>m.p, in_stream=c.pos == 5)
+            targets = self._truncate_targets(msg, m)
+        if c.pos + 4 >= m.n:                  # checked on arrival; kept for safety
+            self._fail("Truncate without options", m, c.pos)
+        options = m.p[c.pos + 4]              # after nrels
+        for rb in targets:
             self._touch(rb)
             if self.want_tables:
                 self._append_null_row(rb, m)
                 if meta_append(&rb.meta, m.lsn, &self.ctx, b't') < 0:
                     raise MemoryError()
             if self.want_events:
-                self._ev_row(rb, m, b't', 0)
+                self._ev_row(rb, m, b't', options)
                 if map_end_row(&self.ev_before, 0) < 0 or map_end_row(&self.ev_after, 0) < 0:
                     raise MemoryError()
                 self._ev_toast_end()
@@ -950,7 +1042,7 @@ cdef class DecoderCore:
         c.pos += 4
         self._touch(rb)
         if self.want_events:
-            self._ev_row(rb, m, b'c' if t == 73 else (b'u' if t == 85 else b'd'), 0)
+            self._ev_row(rb, m, b'c' if t == 73 else (b'u' if t == 85 else b'd'), -1)
         if rd_u8(c, &b) < 0:
             self._fail_cursor(c)
         if t == 73:
@@ -984,7 +1076,7 @@ cdef class DecoderCore:
             if self.want_tables:
                 # the typed row of a delete holds the old key / old row
                 c.pos = at
-                self._scan_tuple(m, c, rb, rb.cols, 0, b, -1)
+                self._scan_tuple(m, c, rb, rb.cols, 0, b, rb.meta.rows)
             if self.want_events:
                 map_end_row(&self.ev_after, 0)
         if cur_expect_end(c) < 0:
@@ -999,6 +1091,8 @@ cdef class DecoderCore:
 
     cdef int _scan_new(self, const MsgRef *m, Cursor *c, RelBuilders rb) except -1:
         cdef Py_ssize_t at = c.pos
+        if not self.want_tables and not self.want_events:
+            return self._skip_tuple(m, c, rb, 0)
         if self.want_tables:
             self._scan_tuple(m, c, rb, rb.cols, 0, 0, rb.meta.rows)
         if self.want_events:
@@ -1009,11 +1103,13 @@ cdef class DecoderCore:
     cdef int _scan_old(self, const MsgRef *m, Cursor *c, RelBuilders rb, uint8_t kind) except -1:
         cdef int32_t row = <int32_t>rb.meta.rows
         cdef Py_ssize_t at = c.pos
+        if not self.want_tables and not self.want_events:
+            return self._skip_tuple(m, c, rb, 1)
         if self.want_tables:
             rb.ensure_before()
             if buf_append(&rb.before_rows, &row, 4) < 0 or buf_append(&rb.before_kind, &kind, 1) < 0:
                 raise MemoryError()
-            self._scan_tuple(m, c, rb, rb.before, 1, kind, rb.nbefore)
+            self._scan_tuple(m, c, rb, rb.before, 1, kind, rb.meta.rows)
             rb.nbefore += 1
         if self.want_events:
             self._ev_kind(kind)
@@ -1105,6 +1201,38 @@ cdef class DecoderCore:
                 raise MemoryError()
         return 0
 
+    cdef int _skip_tuple(self, const MsgRef *m, Cursor *c, RelBuilders rb, bint is_old) except -1:
+        """Walk one TupleData and check its structure, storing nothing."""
+        cdef int16_t ncols
+        cdef int i
+        cdef uint8_t kind
+        cdef int32_t n
+        cdef Py_ssize_t at = c.pos
+        cdef const unsigned char *p
+        if rd_i16(c, &ncols) < 0:
+            self._fail_cursor(c)
+        if ncols != rb.ncols:
+            self._fail(f"TupleData has {ncols} columns but relation {rb.version.qualified_name} "
+                       f"(relid {rb.version.relid}) has {rb.ncols}", m, at)
+        for i in range(ncols):
+            at = c.pos
+            if rd_u8(c, &kind) < 0:
+                self._fail_cursor(c)
+            if kind == 116 or kind == 98:
+                if rd_i32(c, &n) < 0:
+                    self._fail_cursor(c)
+                if n < 0:
+                    self._fail(f"negative value length {n} in column {i}", m, c.pos - 4)
+                if rd_bytes(c, n, &p) < 0:
+                    self._fail_cursor(c)
+            elif kind == 117:
+                if is_old:
+                    self._fail(f"unchanged-TOAST marker 'u' in an old tuple (column "
+                               f"{rb.version.column_names[i]!r})", m, at)
+            elif kind != 110:
+                self._fail(f"unknown TupleData column kind byte 0x{kind:02x} in column {i}", m, at)
+        return 0
+
     cdef int _builder_fail(self, int rc, const MsgRef *m, RelBuilders rb, int i) except -1:
         if rc == -2:
             self._fail(f"column {rb.version.column_names[i]!r} holds more than 2 GiB in one "
@@ -1122,11 +1250,13 @@ cdef class DecoderCore:
                    f"value {shown!r}", m, at)
 
     # -- change-event table --------------------------------------------------------
-    cdef int _ev_row(self, RelBuilders rb, const MsgRef *m, char op, int dummy) except -1:
+    cdef int _ev_row(self, RelBuilders rb, const MsgRef *m, char op, int trunc_options) except -1:
+        """Start an event row; trunc_options is the Truncate's option byte, or -1."""
         cdef int64_t relid = rb.relid
         cdef int32_t rid = rb.id
         if (meta_append(&self.ev_meta, m.lsn, &self.ctx, op) < 0
-                or buf_append(&self.ev_relid, &relid, 8) < 0 or buf_append(&self.ev_rb, &rid, 4) < 0):
+                or buf_append(&self.ev_relid, &relid, 8) < 0 or buf_append(&self.ev_rb, &rid, 4) < 0
+                or buf_append1(&self.ev_trunc, <unsigned char>(trunc_options & 0xFF)) < 0):
             raise MemoryError()
         if op == b't':
             self._ev_kind(0)
@@ -1168,18 +1298,22 @@ cdef class DecoderCore:
 
     cdef void _ev_truncate(self, Py_ssize_t rows):
         cdef int32_t end
-        if rows >= self.ev_meta.rows:
+        if rows > self.ev_meta.rows:
             return
         meta_truncate(&self.ev_meta, rows)
         self.ev_relid.len = 8 * rows
         self.ev_rb.len = 4 * rows
         self.ev_before_kind.len = rows
+        self.ev_trunc.len = rows
         map_truncate(&self.ev_before, rows)
         map_truncate(&self.ev_after, rows)
-        if self.ev_toast_off.len:
+        if self.ev_toast_off.len >= 4 * (rows + 1):
             memcpy(&end, self.ev_toast_off.data + 4 * rows, 4)
             self.ev_toast_off.len = 4 * (rows + 1)
             self.ev_toast_ids.len = 4 * end
+        else:
+            self.ev_toast_off.len = 0
+            self.ev_toast_ids.len = 0
 
     # -- output --------------------------------------------------------------------
     cdef object _specials_column(self, RelBuilders rb, Py_ssize_t n):
@@ -1195,13 +1329,8 @@ cdef class DecoderCore:
             else:
                 text = self._format_binary(rb.col_types[i], data)
             key = ("_before." if is_old else "") + names[i]
-            per_row.setdefault(row if not is_old else self._main_row_of_before(rb, row), []).append((key, text))
+            per_row.setdefault(row, []).append((key, text))
         return pa.array([per_row.get(r) for r in range(n)], typ)
-
-    cdef Py_ssize_t _main_row_of_before(self, RelBuilders rb, Py_ssize_t brow):
-        cdef int32_t v
-        memcpy(&v, rb.before_rows.data + 4 * brow, 4)
-        return v
 
     cdef str _format_binary(self, object ct, bytes data):
         return format_binary_values(ct, [data])[0]
@@ -1242,12 +1371,14 @@ cdef class DecoderCore:
         nt = int(toast_off[n]) if n else 0
         toast_names = pa.array(self.names, pa.string()).take(pa.array(_np_from_buf(&self.ev_toast_ids, np.int32, nt)))
         toast = pa.ListArray.from_arrays(pa.array(toast_off), toast_names)
+        trunc = _np_from_buf(&self.ev_trunc, np.uint8, n)
         self.ev_committed = 0
         cols = {
             "lsn": meta["lsn"], "commit_lsn": meta["commit_lsn"], "commit_ts": meta["commit_ts"],
             "xid": meta["xid"], "seq": meta["seq"], "op": meta["op"], "schema": schemas,
             "table": tables, "relid": relid, "before": before, "before_kind": before_kind,
             "after": after, "unchanged_toast": toast, "origin": meta["origin"],
+            "truncate_options": _truncate_options(trunc),
         }
         return pa.Table.from_pydict(cols, schema=EVENT_SCHEMA)
 
@@ -1260,10 +1391,27 @@ cdef class DecoderCore:
         }
 
 
-cdef int64_t _unix_ts(int64_t pg_us) except? -1:
+cdef int64_t _unix_ts(int64_t pg_us, Py_ssize_t offset, str mtype) except? -1:
     if pg_us > 0x7FFFFFFFFFFFFFFF - PGO_UNIX_EPOCH_US:
-        raise DecodeError(f"commit timestamp {pg_us} out of range", None, None)
+        raise DecodeError(f"commit timestamp {pg_us} out of range", offset, mtype)
     return pg_us + PGO_UNIX_EPOCH_US
+
+
+cdef object _truncate_options(object flags):
+    """list<string> per event row: the Truncate's options, null for other operations."""
+    is_t = flags != 0xFF
+    if not is_t.any():
+        return pa.nulls(len(flags), pa.list_(pa.string()))
+    cascade = is_t & ((flags & 1) != 0)
+    restart = is_t & ((flags & 2) != 0)
+    counts = cascade.astype(np.int32) + restart.astype(np.int32)
+    offsets = np.zeros(len(flags) + 1, np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    names = np.empty(int(offsets[-1]), object)
+    names[offsets[:-1][cascade]] = "cascade"
+    names[offsets[:-1][restart] + cascade[restart]] = "restart_identity"
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(names, pa.string()),
+                                    mask=pa.array(~is_t))
 
 
 EVENT_SCHEMA = pa.schema([
@@ -1281,6 +1429,7 @@ EVENT_SCHEMA = pa.schema([
     pa.field("after", MAP_TYPE),
     pa.field("unchanged_toast", pa.list_(pa.string())),
     pa.field("origin", pa.string()),
+    pa.field("truncate_options", pa.list_(pa.string())),
 ])
 
 
@@ -1367,7 +1516,9 @@ cdef class MessageBatch:
         else:
             for m in messages:
                 if not PyBytes_Check(m):
-                    m = bytes(m)
+                    if m is None:
+                        raise DecodeError("a message is null", None, None, self.n)
+                    m = bytes(memoryview(m))
                 self._grow(1)
                 self.owners.append(m)
                 self.refs[self.n].p = <const unsigned char *>PyBytes_AS_STRING(m)

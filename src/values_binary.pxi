@@ -566,6 +566,8 @@ cdef int _parse_binary(Column *c, const unsigned char *p, Py_ssize_t n, const ch
         if i64 < 0 or i64 > PGO_USECS_PER_DAY:
             why[0] = b"binary time out of range"
             return -1
+        if i64 == PGO_USECS_PER_DAY:
+            return 1                   # 24:00:00 is outside Arrow's time64 range
         return push_fixed(c, &i64, why)
     elif kind == K_INTERVAL:
         if n != 16:

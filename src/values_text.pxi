@@ -1435,6 +1435,8 @@ cdef int _parse_text(Column *c, const unsigned char *p, Py_ssize_t n, const char
         if text_time(p, n, &i64) < 0:
             why[0] = b"invalid time text"
             return -1
+        if i64 == PGO_USECS_PER_DAY:
+            return 1                   # 24:00:00 is outside Arrow's time64 range
         return push_fixed(c, &i64, why)
     elif kind == K_INTERVAL:
         r = text_interval(p, n, &mdn)

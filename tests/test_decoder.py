@@ -270,10 +270,6 @@ def test_split_at_every_pair_of_points():
             _assert_same_output(parts, whole)
 
 
-@native_bug("a carried transaction is decoded again from its Begin, but the catalog keeps "
-            "the Relation messages it already applied: the replay decodes earlier changes "
-            "against the later schema (DecodeError, or wrong data when the column count "
-            "matches) and renumbers versions")
 @pytest.mark.parametrize("defined_before", [True, False], ids=["defined-before-begin", "defined-inside"])
 def test_split_inside_transaction_that_redefines_a_relation(defined_before):
     head = [rel_orders()] if defined_before else []
@@ -330,7 +326,6 @@ def test_null_message_in_arrow_array():
     assert info.value.message_index == 2
 
 
-@native_bug("a None in a list of messages raises TypeError, not DecodeError")
 def test_null_message_in_list():
     msgs = enc(rel_orders(), *txn(1, 100, ins(1)))
     with pytest.raises(DecodeError) as info:
@@ -338,15 +333,14 @@ def test_null_message_in_list():
     assert info.value.message_index == 3
 
 
-@pytest.mark.xfail(reason="decoder.py bug (both implementations, reported): a null message's "
-                   "DecodeError from MessageBatch.add is not adjusted for carried messages",
-                   strict=True)
 def test_null_message_index_after_carry():
     dec = Decoder()
     feed(dec, rel_orders(), Begin(100, 1, 9), ins(1))
     with pytest.raises(DecodeError) as info:
         dec.feed(pa.array([encode_message(ins(2)), None], pa.binary()))
     assert info.value.message_index == 1
+    # the rejected batch lost nothing: the carried transaction still completes
+    assert ids(feed(dec, ins(2), Commit(0, 100, 108, 1))) == [1, 2]
 
 
 # -- streamed transactions ------------------------------------------------------------------
@@ -541,6 +535,17 @@ def test_truncate_several_relations():
     assert [(e["op"], e["table"], e["seq"]) for e in ev] == [
         ("c", "orders", 0), ("t", "orders", 1), ("t", "items", 2), ("c", "orders", 3)]
     assert ev[1]["before"] is None and ev[1]["after"] is None and ev[1]["unchanged_toast"] == []
+    assert [e["truncate_options"] for e in ev] == [None, ["cascade", "restart_identity"],
+                                                   ["cascade", "restart_identity"], None]
+
+
+def test_truncate_options_each_bit_and_spooled():
+    cs = decode(rel_orders(), rel_items(),
+                *txn(1, 100, Truncate(0, (ORDERS,)), Truncate(1, (ITEMS,)), Truncate(2, (ORDERS,))),
+                StreamStart(9, 1), Truncate(2, (ITEMS,), 9), StreamStop(), StreamCommit(9, 0, 200, 208, 1),
+                *prepared("g", 10, 300, Truncate(1, (ORDERS,))), CommitPrepared(0, 400, 408, 1, 10, "g"))
+    assert cs.events.column("truncate_options").to_pylist() == [
+        [], ["cascade"], ["restart_identity"], ["restart_identity"], ["cascade"]]
 
 
 def test_truncate_in_stream_and_prepared():
@@ -552,8 +557,6 @@ def test_truncate_in_stream_and_prepared():
     assert col(cs, "public.orders", "_seq") == [1]
 
 
-@native_bug("a Truncate spooled in a stream is written to the relation version current at "
-            "Stream Commit, not the one it was sent with")
 def test_truncate_in_stream_keeps_its_relation_version():
     cs = decode(rel_orders(), StreamStart(9, 1), Truncate(0, (ORDERS,), 9), StreamStop(),
                 *txn(5, 50, rel_orders(extra=True)),
@@ -663,15 +666,11 @@ def test_events_or_tables_only(kw):
     assert cs.num_changes == 3
 
 
-@native_bug("with events=False and tables=False every I/U/D fails: the scanner never "
-            "reads the tuples, then finds 'trailing bytes'")
 def test_messages_only_decoder():
     cs = decode(rel_orders(), *txn(1, 100, ins(1), LogicalMessage(1, 1, "m", b"")), events=False, tables=False)
     assert cs.events is None and cs.table_versions == [] and len(cs.messages) == 1
 
 
-@native_bug("a binary value of a rolled-back (carried) transaction still makes an "
-            "unknown-type column binary: Column.any_binary survives the rollback")
 def test_unknown_type_column_ignores_uncommitted_rows():
     rel = Relation(16600, "public", "u", "d", (RelationColumn(1, "id", 23, -1),
                                                RelationColumn(0, "mood", 17001, -1)))
@@ -681,8 +680,6 @@ def test_unknown_type_column_ignores_uncommitted_rows():
     assert cs.tables["public.u"].schema.field("mood").type == pa.string()
 
 
-@native_bug("only new-image binary values make an unknown-type column binary: a binary "
-            "old value lands in a string _before field (invalid UTF-8)")
 def test_unknown_type_binary_old_value():
     rel = Relation(16600, "public", "u", "f", (RelationColumn(1, "id", 23, -1),
                                                RelationColumn(0, "mood", 17001, -1)))
@@ -718,9 +715,6 @@ def test_special_values_new_image():
 
 
 @crash_safe
-@native_bug("an old-image special value crashes export (segfault): _specials_column reads "
-            "before_rows after export() has handed that buffer to Arrow; a delete's own "
-            "special is recorded for row -1 and lost")
 def test_special_values_old_image():
     cs = decode(ACCT, *txn(1, 100,
                            Update(16700, "O", (t(1), t("NaN")), (t(1), t("2.00"))),
@@ -734,8 +728,6 @@ def test_special_values_old_image():
 
 
 @crash_safe
-@native_bug("old-image specials of a rolled-back (carried) transaction are kept "
-            "(rollback compares the old-image index with the committed row count)")
 def test_special_values_split_feed():
     msgs = enc(ACCT, *txn(1, 100, *[Insert(16700, (t(i), t("1.00"))) for i in range(3)]),
                *txn(2, 200, Update(16700, "O", (t(0), t("NaN")), (t(0), t("2.00")))))
@@ -838,8 +830,6 @@ def test_trailing_bytes_in_a_change():
     assert (info.value.message_index, info.value.offset) == (2, len(raw[2]) - 1)
 
 
-@native_bug("with tables=False a malformed binary value leaves a map key without its "
-            "value; the export after the DecodeError raises ArrowInvalid instead")
 def test_events_only_bad_binary_value():
     rel = Relation(16800, "public", "d", "d", (RelationColumn(1, "id", 23, -1),
                                                RelationColumn(0, "day", 1082, -1)))
@@ -850,8 +840,6 @@ def test_events_only_bad_binary_value():
     assert feed(dec, *txn(2, 200, Insert(16800, (t(2), None)))).events.num_rows == 1
 
 
-@native_bug("a spooled change is only checked for structure on arrival; its column count "
-            "is checked at Stream Commit (error index of the commit)")
 def test_stream_column_count_checked_on_arrival():
     dec = Decoder()
     err = _error(dec, [rel_orders(), StreamStart(5, 1), Insert(ORDERS, (t(1),), 5), StreamStop(),
@@ -902,8 +890,6 @@ def test_spilled_stream_subtransaction_abort(tmp_path):
         assert ids(cs) == [0, 1, 2, 3, 4, 300], limit
 
 
-@native_bug("DecoderCore.pending_summary() calls the cdef Spool.size() from Python: "
-            "AttributeError whenever a stream or prepared transaction is held")
 def test_pending_summary():
     dec = Decoder()
     raw = enc(rel_orders(), StreamStart(5, 1), ins(1, xid=5), StreamStop(),
@@ -938,3 +924,31 @@ def test_catalog_versions_and_seeded_redefinition():
                                *txn(3, 300, Insert(ORDERS, (t(3), None, None, t("f")))))))
     assert [v.version for v, _ in cs.table_versions] == [0, 1]
     assert cs.tables["public.orders"].column("flag").to_pylist() == [None, False]
+
+
+def test_lsn_above_2_63_wraps_to_int64_like_the_reference():
+    big = (1 << 63) + 5
+    cs = decode(rel_orders(), *txn(7, big, ins(1)))
+    commit_lsn = col(cs, "public.orders", "_commit_lsn")
+    assert commit_lsn == [big - (1 << 64)]          # the same 64 bits, as int64
+    assert commit_lsn[0] & 0xFFFFFFFFFFFFFFFF == big
+
+
+@pytest.mark.parametrize("where", ["begin", "stream_commit", "commit_prepared"])
+def test_commit_timestamp_out_of_range_points_at_the_field(where):
+    huge = (1 << 63) - 1
+    if where == "begin":
+        msgs, offset, mtype = [rel_orders()] + txn(1, 100, ins(1), ts=huge), 9, "B"
+    elif where == "stream_commit":
+        X = 77
+        msgs = [rel_orders(), StreamStart(X, 1), ins(1, xid=X), StreamStop(),
+                StreamCommit(X, 0, 300, 308, huge)]
+        offset, mtype = 22, "c"
+    else:
+        msgs = [rel_orders()] + prepared("g1", 5, 200, ins(1)) + [
+            CommitPrepared(0, 400, 408, huge, 5, "g1")]
+        offset, mtype = 18, "K"
+    err = _error(Decoder(), msgs)
+    assert "commit timestamp" in err.reason
+    assert (err.offset, err.message_type) == (offset, mtype)
+    assert err.message_index == len(msgs) - (1 if where != "begin" else 3)

@@ -66,22 +66,22 @@ IMPLS = {"native": native, "reference": _reference}
 # A Truncate spooled in a stream / prepared transaction is written at commit to the
 # relation version current *then*, not the one it was sent with: generated streams do
 # not redefine a relation after such a Truncate.
-AVOID_NATIVE_TRUNCATE_VERSION_BUG = True
+AVOID_NATIVE_TRUNCATE_VERSION_BUG = False
 # The Arrow type of an unknown-type column (string, binary once a 'b' value is seen)
 # ignores binary values of old images and counts those of rolled-back rows: generated
 # unknown-type values are text only.
-AVOID_NATIVE_UNKNOWN_BINARY_BUGS = True
+AVOID_NATIVE_UNKNOWN_BINARY_BUGS = False
 # An old-image value that lands in _special (numeric(p,s) NaN) crashes the native export
 # (segfault): generated old images never hold numeric(p,s) NaN.
-AVOID_NATIVE_OLD_SPECIAL_CRASH = True
+AVOID_NATIVE_OLD_SPECIAL_CRASH = False
 # With tables=False a malformed binary value leaves a map key without its value, and the
 # export after the DecodeError raises ArrowInvalid: damaged streams are not decoded
 # with tables=False.
-AVOID_NATIVE_EVENT_MAP_ROLLBACK_BUG = True
+AVOID_NATIVE_EVENT_MAP_ROLLBACK_BUG = False
 # A transaction carried into the next feed is decoded again from its Begin, but the
 # native catalog keeps the Relation/Type messages it already applied: batches are not
 # cut inside a Begin..Commit that holds a Relation or Type message.
-AVOID_NATIVE_CARRY_CATALOG_BUG = True
+AVOID_NATIVE_CARRY_CATALOG_BUG = False
 
 
 # -- two Decoders over the two implementations ------------------------------------------
@@ -124,16 +124,8 @@ def assert_tables_equal(a: pa.Table, b: pa.Table, what):
 
 
 def validate_full(table):
-    """``table.validate(full=True)``, except for one known value-layer problem.
-
-    time64[us] holds PostgreSQL's 24:00:00 as 86400000000 (types.py: "24:00:00 kept"),
-    which Arrow's full validation rejects; reported. Other problems fail.
-    """
-    try:
-        table.validate(full=True)
-    except pa.ArrowInvalid as exc:
-        if "time64[us] 86400000000 is not within the acceptable range" not in str(exc):
-            raise
+    """``table.validate(full=True)``."""
+    table.validate(full=True)
 
 
 def assert_changesets_equal(a, b, what="", validate=True):

@@ -74,7 +74,11 @@ EVENT_SCHEMA = pa.schema([
     pa.field("after", MAP_TYPE),
     pa.field("unchanged_toast", pa.list_(pa.string())),
     pa.field("origin", pa.string()),
+    pa.field("truncate_options", pa.list_(pa.string())),
 ])
+
+#: Truncate option bits (PROTOCOL.md: bit 0 CASCADE, bit 1 RESTART IDENTITY) -> event names
+TRUNCATE_OPTIONS = ((1, "cascade"), (2, "restart_identity"))
 
 # transaction states
 NONE, TXN, PREPARE, STREAM = "none", "txn", "prepare", "stream"
@@ -100,10 +104,10 @@ def _signed64(v: int) -> int:
     return v - (1 << 64) if v >> 63 else v
 
 
-def _unix_ts(pg_us: int) -> int:
+def _unix_ts(pg_us: int, offset=None, mtype=None) -> int:
     """PostgreSQL-epoch µs -> Unix-epoch µs (must fit int64)."""
     if pg_us > INT64_MAX - UNIX_EPOCH_US:
-        raise DecodeError(f"commit timestamp {pg_us} out of range", None, None)
+        raise DecodeError(f"commit timestamp {pg_us} out of range", offset, mtype)
     return pg_us + UNIX_EPOCH_US
 
 
@@ -154,7 +158,7 @@ class MessageBatch:
             for m in messages:
                 if m is None:
                     raise DecodeError("a message is null", None, None, len(self.pairs))
-                self.pairs.append((0, m if type(m) is bytes else bytes(m)))
+                self.pairs.append((0, m if type(m) is bytes else bytes(memoryview(m))))
         if lsn is not None:
             if isinstance(lsn, (pa.Array, pa.ChunkedArray)):
                 lsn = lsn.fill_null(0).to_numpy(zero_copy_only=False)
@@ -402,6 +406,11 @@ class DecoderCore:
         self._rollback_open()
         self.state = NONE
         self.cur = None
+        self.carry = []
+
+    def peek_carry(self):
+        """The carried messages; feed() replaces them (the caller puts them first)."""
+        return self.carry
 
     def take_carry(self):
         carry, self.carry = self.carry, []
@@ -457,7 +466,7 @@ class DecoderCore:
         self.state = TXN
         self.txn_start = index
         self.txn_undo = TxnCatalogUndo(len(self.rel_all))
-        self.ctx = Ctx(_signed64(msg.final_lsn), _unix_ts(msg.commit_ts), msg.xid)
+        self.ctx = Ctx(_signed64(msg.final_lsn), _unix_ts(msg.commit_ts, 9, "B"), msg.xid)
         self.txn_messages = []
 
     def _on_commit(self, data):
@@ -518,7 +527,7 @@ class DecoderCore:
             sp = self.streams.pop(msg.xid, None)
             if sp is None:
                 _fail(f"Stream Commit for transaction {msg.xid} that was never streamed", data, 1)
-            self._replay(sp, msg.commit_lsn, msg.commit_ts, msg.xid)
+            self._replay(sp, msg.commit_lsn, msg.commit_ts, msg.xid, 22, "c")
         else:  # A
             self._require(NONE, data, "Stream Abort")
             if msg.xid == msg.subxid:
@@ -562,7 +571,7 @@ class DecoderCore:
             if sp is None:
                 _fail(f"Commit Prepared for unknown GID {msg.gid!r} (its Begin Prepare.."
                       "Prepare was not seen)", data, 0)
-            self._replay(sp, msg.commit_lsn, msg.commit_ts, msg.xid)
+            self._replay(sp, msg.commit_lsn, msg.commit_ts, msg.xid, 18, "K")
         else:  # r
             self._require(NONE, data, "Rollback Prepared")
             sp = self.prepared.get(msg.gid)
@@ -570,9 +579,9 @@ class DecoderCore:
                 del self.prepared[msg.gid]
                 sp.close()
 
-    def _replay(self, sp, commit_lsn, commit_ts, xid):
+    def _replay(self, sp, commit_lsn, commit_ts, xid, ts_offset, mtype):
         """Emit a spooled transaction as committed with the given metadata."""
-        self.ctx = Ctx(_signed64(commit_lsn), _unix_ts(commit_ts), xid, sp.origin)
+        self.ctx = Ctx(_signed64(commit_lsn), _unix_ts(commit_ts, ts_offset, mtype), xid, sp.origin)
         self.txn_messages = []
         for kind, in_stream, version, lsn, data in sp.records():
             if kind == Spool.DML:
@@ -580,7 +589,8 @@ class DecoderCore:
                 change = self._scan_dml(data, 5 if in_stream else 1, chr(data[0]), rel)
                 self._emit_change(change, rel, lsn)
             elif kind == Spool.TRUNCATE:
-                self._emit_truncate([self.rel_all[i] for i in sp.truncate_targets[version]], lsn)
+                options = decode_message(data, in_stream=in_stream).options
+                self._emit_truncate([self.rel_all[i] for i in sp.truncate_targets[version]], lsn, options)
             else:
                 self.txn_messages.append(self._message_event(decode_message(data, in_stream=in_stream), lsn))
         sp.close()
@@ -623,7 +633,7 @@ class DecoderCore:
                 _fail(f"Truncate of relation {relid} before any Relation message for it", data, 0)
             targets.append(rel)
         if self.state == TXN:
-            self._emit_truncate(targets, lsn)
+            self._emit_truncate(targets, lsn, msg.options)
         else:
             self.cur.truncate_targets.append([rel.id for rel in targets])
             self._spool(Spool.TRUNCATE, len(self.cur.truncate_targets) - 1, lsn, data, xid)
@@ -807,7 +817,8 @@ class DecoderCore:
                 out.append((name, e.data if e.format == "t" else texts[i]))
         return out
 
-    def _emit_truncate(self, rels, lsn):
+    def _emit_truncate(self, rels, lsn, options):
+        names = [name for bit, name in TRUNCATE_OPTIONS if options & bit]
         for rel in rels:
             self._touch(rel)
             if self.want_tables:
@@ -817,7 +828,8 @@ class DecoderCore:
                 rel.rows.append(row)
             if self.want_events:
                 ev = self._meta("t", lsn)
-                ev.update(rel=rel, before_kind=None, before=None, after=None, unchanged_toast=[])
+                ev.update(rel=rel, before_kind=None, before=None, after=None, unchanged_toast=[],
+                          truncate_options=names)
                 self.events.append(ev)
             self.ctx.seq += 1
 
@@ -924,6 +936,7 @@ class DecoderCore:
         arrays["before_kind"] = pa.array([e["before_kind"] for e in evs], pa.string())
         arrays["after"] = _map_array([e["after"] for e in evs])
         arrays["unchanged_toast"] = pa.array([e["unchanged_toast"] for e in evs], pa.list_(pa.string()))
+        arrays["truncate_options"] = pa.array([e.get("truncate_options") for e in evs], pa.list_(pa.string()))
         return pa.Table.from_pydict({f.name: arrays[f.name] for f in EVENT_SCHEMA}, schema=EVENT_SCHEMA)
 
     def pending_summary(self):

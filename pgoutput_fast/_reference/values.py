@@ -428,7 +428,8 @@ def _parse_text(ct: ColumnType, data: bytes):
     if k == K_DATE:
         return _text_date(data)
     if k == K_TIME:
-        return _text_time(data)
+        v = _text_time(data)
+        return SPECIAL if v == USECS_PER_DAY else v  # 24:00:00: outside Arrow's time64
     if k in (K_TIMESTAMP, K_TIMESTAMPTZ):
         return _text_timestamp(data, k == K_TIMESTAMPTZ)
     if k == K_INTERVAL:
@@ -634,7 +635,7 @@ def _parse_binary(ct: ColumnType, data: bytes):
         v = int.from_bytes(data, "big", signed=True)
         if not 0 <= v <= USECS_PER_DAY:
             raise _Bad("binary time out of range")
-        return v
+        return SPECIAL if v == USECS_PER_DAY else v
     if k == K_INTERVAL:
         us, days, months = struct.unpack(">qii", data)
         if (us, days, months) == (INT64_MAX, INT32_MAX, INT32_MAX):
