@@ -149,22 +149,10 @@ class Decoder:
         committed changes before the bad message are attached as ``exc.changes``.
         """
         batch = self._batch_cls()
-        # the carried messages stay in the core until feed_into replaces them, so a
-        # batch rejected here loses nothing
-        batch.add_pairs(self._core.peek_carry())
-        ncarry = len(batch)
         try:
-            batch.add(messages, lsn)
-        except DecodeError as exc:
-            if exc.message_index is not None:
-                exc.message_index -= ncarry
-            exc.changes = self._export()
-            raise
-        try:
+            batch.add(messages, lsn)        # a batch rejected here changes nothing
             batch.feed_into(self._core)
         except DecodeError as exc:
-            if exc.message_index is not None:
-                exc.message_index -= ncarry
             exc.changes = self._export()
             raise
         return self._export()
@@ -174,7 +162,8 @@ class Decoder:
         return ChangeSet(events, tables, [LogicalMessageEvent(*m) for m in msgs])
 
     def pending(self) -> dict:
-        """Held-back work: spooled streams and prepared transactions (bytes), carry."""
+        """Held-back work: spooled streams and prepared transactions (bytes), and the
+        transaction still open at the end of the last feed (its xid and changes so far)."""
         return self._core.pending_summary()
 
 

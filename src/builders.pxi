@@ -328,6 +328,106 @@ cdef void col_truncate(Column *c, Py_ssize_t n) noexcept nogil:
         c.toast.len = (n + 7) >> 3
 
 
+# -- splitting off the rows of a transaction still open at export ---------------------
+# export() hands the committed rows to Arrow; the rows of a transaction that is still
+# open move to fresh builders (copied once: from then on that transaction's builders hold
+# no committed rows and are kept whole until its Commit).
+
+cdef int buf_split(Buf *b, Py_ssize_t start, Buf *tail) noexcept nogil:
+    """Move bytes [start, len) of b into the empty Buf tail."""
+    if b.len > start:
+        if buf_append(tail, b.data + start, b.len - start) < 0:
+            return -1
+        b.len = start
+    return 0
+
+
+cdef int bits_split(Buf *b, Py_ssize_t start, Py_ssize_t nbits, Buf *tail) noexcept nogil:
+    """Move bits [start, start + nbits) of b into the empty bitmap tail."""
+    cdef Py_ssize_t i
+    for i in range(nbits):
+        if bit_set(tail, i, ((start + i) >> 3) < b.len and bit_get(b, start + i)) < 0:
+            return -1
+    if b.len > (start + 7) >> 3:
+        b.len = (start + 7) >> 3
+    return 0
+
+
+cdef int offsets_split(Buf *offsets, Py_ssize_t n, Py_ssize_t length, Buf *tail,
+                       int32_t *base, int32_t *end) noexcept nogil:
+    """Rebased int32 offsets of rows [n, length) into tail; base/end: their range."""
+    cdef int32_t v
+    cdef Py_ssize_t i
+    base[0] = 0
+    end[0] = 0
+    if offsets.len < 4 * (length + 1):
+        return 0                       # no row was ever finished
+    memcpy(base, offsets.data + 4 * n, 4)
+    memcpy(end, offsets.data + 4 * length, 4)
+    for i in range(n, length + 1):
+        memcpy(&v, offsets.data + 4 * i, 4)
+        v -= base[0]
+        if buf_append4(tail, &v) < 0:
+            return -1
+    offsets.len = 4 * (n + 1)
+    return 0
+
+
+cdef Column *col_split(Column *c, Py_ssize_t n) noexcept nogil:
+    """A new Column with rows [n, length) of c, which keeps rows [0, n). NULL: no memory."""
+    cdef Column *t = col_new(c.kind, c.layout, c.fixed_width)
+    cdef Py_ssize_t m = c.length - n
+    cdef Py_ssize_t i
+    cdef int32_t base, end
+    if t == NULL:
+        return NULL
+    t.precision = c.precision
+    t.scale = c.scale
+    t.any_binary = c.any_binary
+    t.any_toast = c.any_toast
+    if m <= 0:
+        if c.child != NULL:
+            t.child = col_split(c.child, c.child.length)
+            if t.child == NULL:
+                col_free(t)
+                return NULL
+        return t
+    if c.layout == LAYOUT_FIXED:
+        if buf_split(&c.data, n * c.fixed_width, &t.data) < 0:
+            col_free(t)
+            return NULL
+    elif c.layout == LAYOUT_BOOL:
+        if bits_split(&c.data, n, m, &t.data) < 0:
+            col_free(t)
+            return NULL
+    else:
+        if offsets_split(&c.offsets, n, c.length, &t.offsets, &base, &end) < 0:
+            col_free(t)
+            return NULL
+        if c.layout == LAYOUT_VARLEN:
+            if buf_split(&c.data, base, &t.data) < 0:
+                col_free(t)
+                return NULL
+        else:
+            t.child = col_split(c.child, base)
+            if t.child == NULL:
+                col_free(t)
+                return NULL
+    if c.nulls:
+        for i in range(m):
+            if not bit_get(&c.validity, n + i):
+                t.nulls += 1
+        if t.nulls and bits_split(&c.validity, n, m, &t.validity) < 0:
+            col_free(t)
+            return NULL
+    if c.any_toast and bits_split(&c.toast, n, m, &t.toast) < 0:
+        col_free(t)
+        return NULL
+    t.length = m
+    col_truncate(c, n)
+    return t
+
+
 # -- export ------------------------------------------------------------------------
 
 @cython.auto_pickle(False)

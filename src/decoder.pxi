@@ -7,9 +7,10 @@
 #
 # Transaction handling (PROTOCOL.md §3, DESIGN.md):
 #   B..C          rows are written directly; a commit advances each touched builder's
-#                 watermark. A transaction still open at the end of a batch is rolled
-#                 back to the watermark and its raw messages are carried into the next
-#                 feed() (Relation/Type repeats are idempotent).
+#                 watermark. A transaction still open at the end of a batch stays open in
+#                 the builders: export() hands over the committed rows and moves the open
+#                 transaction's rows to fresh builders (copied once), so a transaction
+#                 spread over many feed() calls costs linear time.
 #   S..E / c / A  streamed changes are spooled as raw messages (with the relation
 #                 version each refers to) per top-level xid; a subtransaction abort
 #                 truncates the spool at the position where that subxid first
@@ -95,6 +96,18 @@ cdef void meta_truncate(Meta *m, Py_ssize_t n) noexcept nogil:
     m.rows = n
 
 
+cdef int meta_split(Meta *m, Py_ssize_t n, Meta *t) noexcept nogil:
+    """Move rows [n, rows) of m into the empty Meta t."""
+    if (buf_split(&m.lsn, 8 * n, &t.lsn) < 0 or buf_split(&m.commit_lsn, 8 * n, &t.commit_lsn) < 0
+            or buf_split(&m.commit_ts, 8 * n, &t.commit_ts) < 0 or buf_split(&m.xid, 8 * n, &t.xid) < 0
+            or buf_split(&m.seq, 8 * n, &t.seq) < 0 or buf_split(&m.op, n, &t.op) < 0
+            or buf_split(&m.origin, 4 * n, &t.origin) < 0):
+        return -1
+    t.rows = m.rows - n
+    m.rows = n
+    return 0
+
+
 cdef void meta_free(Meta *m) noexcept nogil:
     buf_free(&m.lsn); buf_free(&m.commit_lsn); buf_free(&m.commit_ts)
     buf_free(&m.xid); buf_free(&m.seq); buf_free(&m.op); buf_free(&m.origin)
@@ -171,6 +184,24 @@ cdef void map_truncate(MapB *mb, Py_ssize_t rows) noexcept nogil:
         col_truncate(mb.values, end)
     mb.valid.len = (rows + 7) >> 3
     mb.rows = rows
+
+
+cdef int map_split(MapB *mb, Py_ssize_t n, MapB *t) noexcept nogil:
+    """Move rows [n, rows) of mb into the empty MapB t."""
+    cdef int32_t base, end
+    if offsets_split(&mb.offsets, n, mb.rows, &t.offsets, &base, &end) < 0:
+        return -1
+    if buf_split(&mb.key_ids, 4 * <Py_ssize_t>base, &t.key_ids) < 0:
+        return -1
+    if mb.values != NULL:
+        t.values = col_split(mb.values, base)
+        if t.values == NULL:
+            return -1
+    if bits_split(&mb.valid, n, mb.rows - n, &t.valid) < 0:
+        return -1
+    t.rows = mb.rows - n
+    mb.rows = n
+    return 0
 
 
 cdef void map_free(MapB *mb) noexcept nogil:
@@ -307,7 +338,81 @@ cdef class RelBuilders:
         self.dirty = False
 
     cdef object export(self, DecoderCore core):
-        """pa.Table of the committed rows; builders are left empty."""
+        """pa.Table of the committed rows; the rows of a transaction still open stay."""
+        cdef Column **tail = NULL
+        cdef Column **tail_before = NULL
+        cdef Meta tail_meta
+        cdef Buf tail_rows, tail_kind
+        cdef int32_t *rowp
+        cdef Py_ssize_t keep = self.meta.rows - self.committed
+        cdef Py_ssize_t keep_before = self.nbefore - self.committed_before
+        cdef Py_ssize_t j
+        cdef int i
+        if keep == 0:
+            return self._export(core)
+        memset(&tail_meta, 0, sizeof(Meta))
+        memset(&tail_rows, 0, sizeof(Buf))
+        memset(&tail_kind, 0, sizeof(Buf))
+        tail = <Column **>calloc(self.ncols + 1, sizeof(Column *))
+        if tail == NULL:
+            raise MemoryError()
+        try:
+            for i in range(self.ncols):
+                tail[i] = col_split(self.cols[i], self.committed)
+                if tail[i] == NULL:
+                    raise MemoryError()
+            if self.before != NULL:
+                tail_before = <Column **>calloc(self.ncols + 1, sizeof(Column *))
+                if tail_before == NULL:
+                    raise MemoryError()
+                for i in range(self.ncols):
+                    tail_before[i] = col_split(self.before[i], self.committed_before)
+                    if tail_before[i] == NULL:
+                        raise MemoryError()
+            if (meta_split(&self.meta, self.committed, &tail_meta) < 0
+                    or buf_split(&self.before_rows, 4 * self.committed_before, &tail_rows) < 0
+                    or buf_split(&self.before_kind, self.committed_before, &tail_kind) < 0):
+                raise MemoryError()
+        except BaseException:
+            for i in range(self.ncols):
+                col_free(tail[i])
+                if tail_before != NULL:
+                    col_free(tail_before[i])
+            free(tail)
+            free(tail_before)
+            meta_free(&tail_meta)
+            buf_free(&tail_rows)
+            buf_free(&tail_kind)
+            raise
+        rowp = <int32_t *>tail_rows.data
+        for j in range(keep_before):
+            rowp[j] -= <int32_t>self.committed
+        tail_specials = [(s[0] - self.committed,) + s[1:] for s in self.specials if s[0] >= self.committed]
+        self.specials = [s for s in self.specials if s[0] < self.committed]
+        self.nbefore = self.committed_before
+        table = self._export(core)
+        # the open transaction's rows become the whole content of the builders
+        for i in range(self.ncols):
+            col_free(self.cols[i])
+            self.cols[i] = tail[i]
+        free(tail)
+        if tail_before != NULL:
+            for i in range(self.ncols):
+                col_free(self.before[i])
+                self.before[i] = tail_before[i]
+            free(tail_before)
+        meta_free(&self.meta)
+        self.meta = tail_meta
+        buf_free(&self.before_rows)
+        self.before_rows = tail_rows
+        buf_free(&self.before_kind)
+        self.before_kind = tail_kind
+        self.nbefore = keep_before
+        self.specials = tail_specials
+        return table
+
+    cdef object _export(self, DecoderCore core):
+        """pa.Table of all rows (all committed); builders are left empty."""
         cdef Py_ssize_t n = self.meta.rows
         cdef int i
         cdef list names = list(self.version.column_names)
@@ -507,15 +612,12 @@ cdef class DecoderCore:
     # transaction state
     cdef int state
     cdef Ctx ctx
-    cdef Py_ssize_t txn_start       # index in refs of the open transaction's Begin
-    cdef object txn_undo            # (nrbs, {typid: old}, {relid: (nversions, rb)}) of the open B..C
     cdef list txn_messages          # transactional logical messages of the open B..C
     cdef list out_messages          # logical messages ready for the ChangeSet
     cdef dict streams               # top-level xid -> Spool
     cdef dict prepared              # gid -> Spool
     cdef Spool cur                  # spool of the open S..E block or b..P
     cdef uint32_t stream_xid
-    cdef list carry                 # [(lsn, bytes)] of a transaction open at a batch end
     # change-event table
     cdef Meta ev_meta
     cdef Buf ev_relid               # int64
@@ -527,7 +629,6 @@ cdef class DecoderCore:
     cdef Buf ev_toast_off           # int32 offsets
     cdef Buf ev_toast_ids           # int32 name ids
     cdef Py_ssize_t ev_committed
-    cdef Py_ssize_t ev_rows_at_txn
     # scratch
     cdef Buf scratch
 
@@ -544,7 +645,6 @@ cdef class DecoderCore:
         self.out_messages = []
         self.streams = {}
         self.prepared = {}
-        self.carry = []
         self.ctx.origin = -1
 
     def __init__(self, catalog, *, bint events=True, bint tables=True, binary_unknown=None,
@@ -623,60 +723,12 @@ cdef class DecoderCore:
         except BaseException:
             self._reset_after_error()
             raise
-        if self.state == ST_TXN:
-            # carry the open transaction's messages into the next feed; they are decoded
-            # again from its Begin, so the catalog goes back to how it was there
-            self._rollback_open()
-            self._undo_catalog()
-            self.carry = [(refs[j].lsn, bytes(<const unsigned char[:refs[j].n]>refs[j].p))
-                          for j in range(self.txn_start, nrefs)]
-            self.state = ST_NONE
-        else:
-            self.carry = []
+        # a transaction still open stays open: its rows wait in the builders
 
     cdef void _reset_after_error(self):
         self._rollback_open()
         self.state = ST_NONE
         self.cur = None
-        self.carry = []
-        self.txn_undo = None
-
-    cdef int _undo_catalog(self) except -1:
-        """Undo the Relation/Type messages of the open transaction (it is carried)."""
-        cdef RelBuilders rb
-        undo = self.txn_undo
-        self.txn_undo = None
-        if undo is None:
-            return 0
-        nrbs, types, relations = undo
-        cat = self.catalog
-        for typid, old in types.items():
-            if old is None:
-                cat.types.pop(typid, None)
-            else:
-                cat.types[typid] = old
-        for relid, (nversions, current) in relations.items():
-            del cat.relations[relid][nversions:]
-            if not cat.relations[relid]:
-                del cat.relations[relid]
-            if current is None:
-                self.rb_current.pop(relid, None)
-            else:
-                self.rb_current[relid] = current
-        for rb in self.rb_all[nrbs:]:          # created by this transaction: no rows
-            del self.rb_by_version[(rb.version.relid, rb.version.version)]
-        del self.rb_all[nrbs:]
-        self.last_rb = None
-        return 0
-
-    def peek_carry(self):
-        """The carried messages; feed() replaces them (the caller puts them first)."""
-        return self.carry
-
-    def take_carry(self):
-        c = self.carry
-        self.carry = []
-        return c
 
     cdef void _rollback_open(self):
         cdef RelBuilders rb
@@ -732,8 +784,6 @@ cdef class DecoderCore:
         msg = decode_message(<const unsigned char[:m.n]>m.p)
         self._require(ST_NONE, m, "Begin")
         self.state = ST_TXN
-        self.txn_start = index
-        self.txn_undo = (len(self.rb_all), {}, {})
         self.ctx.commit_lsn = <int64_t><uint64_t>msg.final_lsn
         self.ctx.commit_ts = _unix_ts(msg.commit_ts, 9, "B")
         self.ctx.xid = msg.xid
@@ -751,7 +801,6 @@ cdef class DecoderCore:
                        f"{<uint64_t>self.ctx.commit_lsn:X}", m, 2)
         self._commit_rows()
         self.state = ST_NONE
-        self.txn_undo = None
         return 0
 
     cdef void _commit_rows(self):
@@ -779,14 +828,6 @@ cdef class DecoderCore:
         msg = decode_message(<const unsigned char[:m.n]>m.p, in_stream=self.state == ST_STREAM)
         if self.state == ST_STREAM:
             self.cur.note_xid(xid)
-        if self.state == ST_TXN:
-            nrbs, types, relations = self.txn_undo
-            if t == 89:
-                if msg.typid not in types:
-                    types[msg.typid] = self.catalog.types.get(msg.typid)
-            elif msg.relid not in relations:
-                relations[msg.relid] = (len(self.catalog.relations.get(msg.relid, ())),
-                                        self.rb_current.get(msg.relid))
         if t == 89:
             self.catalog.apply_type(msg)
         else:
@@ -1340,20 +1381,56 @@ cdef class DecoderCore:
         cdef RelBuilders rb
         tables = []
         for rb in self.rb_all:
-            if rb.meta.rows:
-                if rb.dirty:
-                    rb.rollback()
-                if rb.meta.rows:
-                    # specials refer to before-rows by position; resolve before export clears them
-                    tables.append((rb.version, rb.export(self)))
+            if rb.committed:
+                tables.append((rb.version, rb.export(self)))
         events = self._export_events() if self.want_events else None
         msgs = self.out_messages
         self.out_messages = []
         return tables, events, msgs
 
     cdef object _export_events(self):
+        """The committed event rows; those of a transaction still open stay."""
         cdef Py_ssize_t n = self.ev_committed
-        self._ev_truncate(n)
+        cdef Meta t_meta
+        cdef Buf t_relid, t_rb, t_kind, t_trunc, t_toast_off, t_toast_ids
+        cdef MapB t_before, t_after
+        cdef int32_t base, end
+        if self.ev_meta.rows == n:
+            return self._export_event_rows()
+        memset(&t_meta, 0, sizeof(Meta))
+        memset(&t_relid, 0, sizeof(Buf)); memset(&t_rb, 0, sizeof(Buf))
+        memset(&t_kind, 0, sizeof(Buf)); memset(&t_trunc, 0, sizeof(Buf))
+        memset(&t_toast_off, 0, sizeof(Buf)); memset(&t_toast_ids, 0, sizeof(Buf))
+        memset(&t_before, 0, sizeof(MapB)); memset(&t_after, 0, sizeof(MapB))
+        if (meta_split(&self.ev_meta, n, &t_meta) < 0
+                or buf_split(&self.ev_relid, 8 * n, &t_relid) < 0
+                or buf_split(&self.ev_rb, 4 * n, &t_rb) < 0
+                or buf_split(&self.ev_before_kind, n, &t_kind) < 0
+                or buf_split(&self.ev_trunc, n, &t_trunc) < 0
+                or map_split(&self.ev_before, n, &t_before) < 0
+                or map_split(&self.ev_after, n, &t_after) < 0
+                or offsets_split(&self.ev_toast_off, n, n + t_meta.rows, &t_toast_off, &base, &end) < 0
+                or buf_split(&self.ev_toast_ids, 4 * <Py_ssize_t>base, &t_toast_ids) < 0):
+            meta_free(&t_meta)
+            buf_free(&t_relid); buf_free(&t_rb); buf_free(&t_kind); buf_free(&t_trunc)
+            buf_free(&t_toast_off); buf_free(&t_toast_ids)
+            map_free(&t_before); map_free(&t_after)
+            raise MemoryError()
+        events = self._export_event_rows()
+        meta_free(&self.ev_meta)
+        self.ev_meta = t_meta
+        buf_free(&self.ev_relid); self.ev_relid = t_relid
+        buf_free(&self.ev_rb); self.ev_rb = t_rb
+        buf_free(&self.ev_before_kind); self.ev_before_kind = t_kind
+        buf_free(&self.ev_trunc); self.ev_trunc = t_trunc
+        buf_free(&self.ev_toast_off); self.ev_toast_off = t_toast_off
+        buf_free(&self.ev_toast_ids); self.ev_toast_ids = t_toast_ids
+        map_free(&self.ev_before); self.ev_before = t_before
+        map_free(&self.ev_after); self.ev_after = t_after
+        return events
+
+    cdef object _export_event_rows(self):
+        cdef Py_ssize_t n = self.ev_committed
         meta = meta_export(&self.ev_meta, self.origins, "")
         rb_ids = pa.array(_np_from_buf(&self.ev_rb, np.int32, n))
         schemas = pa.array([rb.version.schema for rb in self.rb_all], pa.string()).take(rb_ids)
@@ -1387,7 +1464,8 @@ cdef class DecoderCore:
         return {
             "streams": {x: sp.size() for x, sp in self.streams.items()},
             "prepared": {g: sp.size() for g, sp in self.prepared.items()},
-            "carry_messages": len(self.carry),
+            "open_transaction": self.ctx.xid if self.state == ST_TXN else None,
+            "open_changes": self.ctx.seq if self.state == ST_TXN else 0,
         }
 
 

@@ -235,7 +235,7 @@ def test_split_at_every_point_same_as_one_feed():
         a = check(dec.feed(raw[:k], lsn=lsns[:k]))
         b = check(dec.feed(raw[k:], lsn=lsns[k:]))
         _assert_same_output([a, b], whole)
-        assert dec.pending()["carry_messages"] == 0
+        assert dec.pending()["open_transaction"] is None
 
 
 MIXED_SPLIT = (
@@ -293,13 +293,46 @@ def test_open_transaction_is_held_until_commit():
     msgs = [rel_orders(), Begin(100, 1, 9), ins(1), ins(2)]
     cs = feed(dec, *msgs)
     assert cs.num_changes == 0 and cs.table_versions == [] and cs.messages == []
-    assert dec.pending()["carry_messages"] == 3      # Begin and both inserts
+    assert dec.pending()["open_transaction"] == 9 and dec.pending()["open_changes"] == 2
     cs = feed(dec, ins(3))
-    assert cs.num_changes == 0 and dec.pending()["carry_messages"] == 4
+    assert cs.num_changes == 0 and dec.pending()["open_changes"] == 3
     cs = feed(dec, Commit(0, 100, 108, 1))
     assert ids(cs) == [1, 2, 3]
     assert col(cs, "public.orders", "_seq") == [0, 1, 2]
-    assert dec.pending()["carry_messages"] == 0
+    assert dec.pending()["open_transaction"] is None and dec.pending()["open_changes"] == 0
+
+
+def test_open_transaction_rows_survive_export_of_committed_rows():
+    """Committed rows and an open transaction's rows in the same builders: the export
+    splits them (every column layout, old images, specials, nulls, events)."""
+    dec = Decoder()
+    first = feed(dec, rel_orders(), *txn(1, 100, ins(1, note=None), Update(ORDERS, "K", (t(1), None, None), (t(1), t("u"), t(5)))),
+                 Begin(200, 2, 2), ins(2, note=None), ins(3, note="z" * 50),
+                 Delete(ORDERS, "K", (t(1), None, None)))
+    assert ids(first) == [1, 1]
+    assert first.events.num_rows == 2
+    second = feed(dec, ins(4), Commit(0, 200, 208, 2))
+    assert ids(second) == [2, 3, 1, 4]
+    assert col(second, "public.orders", "note") == [None, "z" * 50, None, "x"]
+    assert col(second, "public.orders", "_seq") == [0, 1, 2, 3]
+    assert col(second, "public.orders", "_before_kind") == [None, None, "K", None]
+    assert [e["op"] for e in second.events.to_pylist()] == ["c", "c", "d", "c"]
+    whole = decode(rel_orders(), *txn(1, 100, ins(1, note=None), Update(ORDERS, "K", (t(1), None, None), (t(1), t("u"), t(5)))),
+                   Begin(200, 2, 2), ins(2, note=None), ins(3, note="z" * 50),
+                   Delete(ORDERS, "K", (t(1), None, None)), ins(4), Commit(0, 200, 208, 2))
+    _assert_same_output([first, second], whole)
+
+
+def test_huge_open_transaction_over_many_feeds_is_linear():
+    """An open transaction spread over many feeds is not decoded again at every feed."""
+    n = 20_000
+    raw = enc(rel_orders(), Begin(10, 1, 3), *[ins(i) for i in range(n)], Commit(0, 10, 18, 1))
+    dec = Decoder()
+    out = []
+    for k in range(0, len(raw), 100):               # 200 feeds
+        out.append(check(dec.feed(raw[k:k + 100])))
+    assert sum(cs.num_changes for cs in out) == n
+    assert ids(out[-1]) == list(range(n))
 
 
 def test_lsn_array_forms():
@@ -899,7 +932,7 @@ def test_pending_summary():
     spool_record = 18   # per spooled message: an 18-byte record header + the message
     assert pending == {"streams": {5: spool_record + len(raw[2])},
                        "prepared": {"g": spool_record + len(raw[5])},
-                       "carry_messages": 2}
+                       "open_transaction": 7, "open_changes": 1}
 
 
 def test_catalog_from_json_and_pickle_decodes_later_batches():

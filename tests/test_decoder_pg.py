@@ -466,7 +466,7 @@ def _feed_in_batches(messages, lsns, seed):
         i += n
         k += 1
     pending = dec.pending()
-    assert not pending["streams"] and not pending["prepared"] and not pending["carry_messages"], pending
+    assert not pending["streams"] and not pending["prepared"] and pending["open_transaction"] is None, pending
     return out, dec.catalog
 
 

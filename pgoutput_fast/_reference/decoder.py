@@ -11,10 +11,8 @@ fast: every row is a Python object, and each typed column is built at export wit
 Transaction handling (PROTOCOL.md §3, DESIGN.md):
 
 * ``B..C``: changes are checked and written as they arrive; Commit makes them
-  visible. A transaction still open at the end of a batch is rolled back and its raw
-  messages are carried into the next feed (``take_carry``); the Relation/Type messages
-  it applied are undone too, so the replay meets the catalog as it was at its Begin
-  and the result does not depend on where batches are cut.
+  visible. A transaction still open at the end of a batch stays open: export() hands
+  over the committed rows and keeps the open transaction's rows for a later feed.
 * ``S..E`` / ``c`` / ``A``: changes are spooled as raw messages per top-level xid, with
   the relation version they refer to (for a Truncate: of each relation it names). A
   subtransaction abort ``A(x, s)`` truncates the spool at the position where ``s``
@@ -287,22 +285,6 @@ class Ctx:
         self.origin = origin
 
 
-class TxnCatalogUndo:
-    """How the catalog was before the open B..C changed it (first change per OID)."""
-
-    def __init__(self, nrels):
-        self.nrels = nrels      # RelRows existing at Begin
-        self.types = {}         # typid -> (nspname, typname) before, or None
-        self.relations = {}     # relid -> (number of versions, current RelRows) before
-
-    def remember(self, core, t, msg):
-        if t == "Y":
-            self.types.setdefault(msg.typid, core.catalog.types.get(msg.typid))
-        elif msg.relid not in self.relations:
-            self.relations[msg.relid] = (len(core.catalog.relations.get(msg.relid, ())),
-                                         core.rel_current.get(msg.relid))
-
-
 class Change:
     """One checked I/U/D: TupleData entries plus the event-map text of binary values."""
 
@@ -332,14 +314,11 @@ class DecoderCore:
         self.dirty = []             # RelRows touched by the open B..C
         self.state = NONE
         self.ctx = Ctx()
-        self.txn_start = 0          # index of the open transaction's Begin
-        self.txn_undo = None        # catalog state to restore if the transaction is carried
         self.txn_messages = []      # transactional logical messages of the open B..C
         self.out_messages = []
         self.streams = {}           # top-level xid -> Spool
         self.prepared = {}          # gid -> Spool
         self.cur = None             # Spool of the open S..E block or b..P
-        self.carry = []
         self.events = []            # change-event rows (dicts)
         self.events_committed = 0
         for v in catalog.versions():
@@ -371,50 +350,12 @@ class DecoderCore:
         except BaseException:
             self._reset_after_error()
             raise
-        if self.state == TXN:
-            # carry the open transaction's messages into the next feed; they are decoded
-            # again from its Begin, so the catalog goes back to how it was there
-            self._rollback_open()
-            self._undo_catalog()
-            self.carry = list(pairs[self.txn_start:])
-            self.state = NONE
-        else:
-            self.carry = []
-
-    def _undo_catalog(self):
-        """Undo the Relation/Type messages of the open transaction (it is carried)."""
-        undo, self.txn_undo = self.txn_undo, None
-        cat = self.catalog
-        for typid, old in undo.types.items():
-            if old is None:
-                cat.types.pop(typid, None)
-            else:
-                cat.types[typid] = old
-        for relid, (nversions, current) in undo.relations.items():
-            del cat.relations[relid][nversions:]
-            if not cat.relations[relid]:
-                del cat.relations[relid]
-            if current is None:
-                self.rel_current.pop(relid, None)
-            else:
-                self.rel_current[relid] = current
-        for rel in self.rel_all[undo.nrels:]:     # created by this transaction: no rows
-            del self.rel_by_version[(rel.version.relid, rel.version.version)]
-        del self.rel_all[undo.nrels:]
+        # a transaction still open stays open: its rows wait for a later feed
 
     def _reset_after_error(self):
         self._rollback_open()
         self.state = NONE
         self.cur = None
-        self.carry = []
-
-    def peek_carry(self):
-        """The carried messages; feed() replaces them (the caller puts them first)."""
-        return self.carry
-
-    def take_carry(self):
-        carry, self.carry = self.carry, []
-        return carry
 
     def _rollback_open(self):
         for rel in self.dirty:
@@ -464,8 +405,6 @@ class DecoderCore:
         msg = decode_message(data)
         self._require(NONE, data, "Begin")
         self.state = TXN
-        self.txn_start = index
-        self.txn_undo = TxnCatalogUndo(len(self.rel_all))
         self.ctx = Ctx(_signed64(msg.final_lsn), _unix_ts(msg.commit_ts, 9, "B"), msg.xid)
         self.txn_messages = []
 
@@ -499,8 +438,6 @@ class DecoderCore:
         msg = decode_message(data, in_stream=self.state == STREAM)
         if self.state == STREAM:
             self.cur.note_xid(xid)
-        if self.state == TXN:
-            self.txn_undo.remember(self, t, msg)
         if t == "Y":
             self.catalog.apply_type(msg)
         else:
@@ -838,17 +775,18 @@ class DecoderCore:
         """(tables: [(RelationVersion, pa.Table)], events: pa.Table | None, messages: list)."""
         tables = []
         for rel in self.rel_all:
-            if rel.dirty:
-                rel.rollback()
-            if rel.rows:
+            if rel.committed:
+                # the rows of a transaction still open stay for a later export
+                open_rows = rel.rows[rel.committed:]
+                del rel.rows[rel.committed:]
                 tables.append((rel.version, self._export_rel(rel)))
-                rel.rows = []
+                rel.rows = open_rows
                 rel.committed = 0
         events = None
         if self.want_events:
-            del self.events[self.events_committed:]
-            events = self._export_events(self.events)
-            self.events = []
+            committed = self.events[:self.events_committed]
+            del self.events[:self.events_committed]
+            events = self._export_events(committed)
             self.events_committed = 0
         msgs, self.out_messages = self.out_messages, []
         return tables, events, msgs
@@ -940,11 +878,12 @@ class DecoderCore:
         return pa.Table.from_pydict({f.name: arrays[f.name] for f in EVENT_SCHEMA}, schema=EVENT_SCHEMA)
 
     def pending_summary(self):
-        """What is held back: open streams and prepared transactions (bytes), carry."""
+        """What is held back: open streams and prepared transactions (bytes), open B..C."""
         return {
             "streams": {x: sp.size() for x, sp in self.streams.items()},
             "prepared": {g: sp.size() for g, sp in self.prepared.items()},
-            "carry_messages": len(self.carry),
+            "open_transaction": self.ctx.xid if self.state == TXN else None,
+            "open_changes": self.ctx.seq if self.state == TXN else 0,
         }
 
 
