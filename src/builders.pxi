@@ -22,6 +22,7 @@ cdef struct Buf:
     unsigned char *data
     Py_ssize_t len
     Py_ssize_t cap
+    Py_ssize_t hint        # bytes the previous export of this Buf held: first growth target
 
 
 cdef struct Column:
@@ -48,8 +49,8 @@ cdef struct Column:
 # bounded number of released blocks lets steady-state decoding reuse them. Only
 # touched with the GIL held (all builder growth happens inside feed()).
 
-DEF CACHE_SLOTS = 48
-DEF CACHE_MIN_BLOCK = 1 << 20
+DEF CACHE_SLOTS = 256
+DEF CACHE_MIN_BLOCK = 1 << 16
 cdef void *_cache_ptr[CACHE_SLOTS]
 cdef Py_ssize_t _cache_size[CACHE_SLOTS]
 cdef int _cache_n = 0
@@ -113,9 +114,13 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
     cdef unsigned char *p
     if need <= b.cap:
         return 0
-    cap = b.cap * 2 if b.cap >= 64 else 64
-    while cap < need:
-        cap *= 2
+    if b.cap == 0 and b.hint > need:
+        # the previous batch's size: one allocation instead of a doubling series
+        cap = b.hint + (b.hint >> 3)
+    else:
+        cap = b.cap * 2 if b.cap >= 64 else 64
+        while cap < need:
+            cap *= 2
     if cap >= CACHE_MIN_BLOCK:
         p = <unsigned char *>acquire_block(cap, &cap)
         if p != NULL:
@@ -286,6 +291,22 @@ cdef inline int col_end_row(Column *c, bint valid, bint toast) noexcept nogil:
         c.any_toast = c.any_toast or toast
     c.length = i + 1
     return 0
+
+
+cdef inline int col_end_valid(Column *c) noexcept nogil:
+    """col_end_row(c, 1, 0) with the common cases inline: no null and no TOAST so far."""
+    cdef int32_t end
+    if c.nulls == 0 and not c.any_toast:
+        if c.layout == LAYOUT_FIXED or c.layout == LAYOUT_BOOL:
+            c.length += 1
+            return 0
+        if c.layout == LAYOUT_VARLEN and c.offsets.len != 0 and c.data.len <= 0x7FFFFFFF:
+            end = <int32_t>c.data.len
+            if buf_append4(&c.offsets, &end) < 0:
+                return -1
+            c.length += 1
+            return 0
+    return col_end_row(c, 1, 0)
 
 
 cdef int _validity_backfill(Column *c) noexcept nogil:
@@ -476,6 +497,10 @@ cdef object _take_buf(Buf *b, Py_ssize_t exact):
         p = <unsigned char *>realloc(b.data, <size_t>exact)
         if p != NULL:
             b.data = p
+    if exact > b.hint:
+        b.hint = exact
+    elif exact < b.hint >> 2:
+        b.hint = exact                 # shrink the hint only when batches got much smaller
     nb.ptr = b.data
     nb.size = exact
     b.data = NULL

@@ -1205,7 +1205,7 @@ cdef class DecoderCore:
                     else:
                         rc = parse_binary_value(col, p, n, &why)
                     if rc == 0:
-                        rc = col_end_row(col, 1, 0)
+                        rc = col_end_valid(col)
                         if rc < 0:
                             self._builder_fail(rc, m, rb, i)
                     elif rc == 1:
@@ -1332,7 +1332,7 @@ cdef class DecoderCore:
                                     &mb.values.data, &why)
             if rc < 0:
                 self._value_fail(m, rb, i, kind, p, n, why, at)
-        rc = col_end_row(mb.values, 1, 0)
+        rc = col_end_valid(mb.values)
         if rc < 0:
             self._builder_fail(rc, m, rb, i)
         return 0

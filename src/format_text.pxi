@@ -1381,6 +1381,7 @@ def format_binary_values(column_type, values):
     out.data = NULL
     out.len = 0
     out.cap = 0
+    out.hint = 0
     try:
         for v in values:
             if v is None:
