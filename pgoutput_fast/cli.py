@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import demo  # stdlib-only at import; the work happens in demo.run
 
     pm = sub.add_parser("demo", help="PostgreSQL workload -> capture -> decode -> tables, "
-                                     "checked against PostgreSQL", description=demo.__doc__,
+                                     "checked against PostgreSQL", description=demo.DESCRIPTION,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     demo.add_arguments(pm)
     pm.set_defaults(func=demo.run)
