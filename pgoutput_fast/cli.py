@@ -130,6 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
     pd.add_argument("--out", help="directory for one Parquet file per table version + _events.parquet")
     pd.add_argument("--events", action="store_true", help="also build the change-event table")
     pd.set_defaults(func=cmd_decode)
+    from . import demo  # stdlib-only at import; the work happens in demo.run
+
+    pm = sub.add_parser("demo", help="PostgreSQL workload -> capture -> decode -> tables, "
+                                     "checked against PostgreSQL", description=demo.DESCRIPTION,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    demo.add_arguments(pm)
+    pm.set_defaults(func=demo.run)
     return p
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "origin_session",
     "run_streaming",
     "run_two_phase",
+    "run_bulk",
     "pg_array_literal",
 ]
 
@@ -294,8 +295,9 @@ def _special_rows():
 # --------------------------------------------------------------------------------------
 
 
-def create_schema(conn, schema: str = "pgo"):
-    """(Re)create ``schema`` with all test tables and the publication ``<schema>_pub``.
+def create_schema(conn, schema: str = "pgo", *, publication: str | None = None):
+    """(Re)create ``schema`` with all test tables and the publication ``<schema>_pub``
+    (or ``publication``, when given).
 
     Returns the publication name. On PostgreSQL 15+ the publication is
     ``FOR TABLES IN SCHEMA`` (so several schemas in one database stay independent); on
@@ -303,7 +305,7 @@ def create_schema(conn, schema: str = "pgo"):
     table ``unpublished``, which is left out of the publication on 15+.
     """
     s = _q(schema)
-    pub = publication_name(schema)
+    pub = publication or publication_name(schema)
     cols = ",\n  ".join(f"{c} {t}" for c, t in _cols(schema))
     ver = _server_version(conn)
     stmts = [
@@ -559,9 +561,13 @@ def run_origin(conn, schema: str = "pgo", origin_name: str = ORIGIN_NAME):
 
 
 def _other_conn(conn):
+    """A second connection with ``conn``'s parameters (``conn.dsn`` hides the password)."""
     import psycopg2
 
-    c = psycopg2.connect(conn.dsn)
+    params = dict(conn.info.dsn_parameters)
+    if conn.info.password:
+        params["password"] = conn.info.password
+    c = psycopg2.connect(**params)
     c.autocommit = True
     return c
 
@@ -690,3 +696,50 @@ def run_two_phase(conn, schema: str = "pgo", rows: int = 2000, *, origin: bool =
     finally:
         cur.close()
     _exec(conn, f"INSERT INTO {s}.twophase_t VALUES (4, 'plain commit')")
+
+
+def run_bulk(conn, schema: str = "pgo", rows: int = 10000, seed: int = 1, *,
+             per_transaction: int = 100, distinct: int = 5000):
+    """An OLTP-like load on ``alltypes``: many small transactions of random rows.
+
+    Inserts ``rows`` random rows (ids from 1000000 up, every type, NULLs, Unicode) in
+    transactions of ``per_transaction`` rows (multi-row INSERTs), then, in transactions of
+    at most ``per_transaction`` rows each: updates a fifth of them (several types), changes
+    the primary key of a fiftieth (old key sent), and deletes a twentieth. Small
+    transactions stay below ``logical_decoding_work_mem`` (256kB or more), so they are
+    sent as ordinary Begin ... Commit. Call it after ``run_basic`` or on its own.
+
+    Making random rows in Python is the slow part: beyond ``distinct`` rows, the values
+    (all but the id) repeat those of earlier rows.
+    """
+    from psycopg2.extras import execute_values
+
+    rng = random.Random(seed)
+    s = _q(schema)
+    base, step = 1_000_000, max(1, int(per_transaction))
+    names = ", ".join(c for c, _ in ALLTYPES_COLUMNS)
+    pool = []
+
+    def row(i):
+        if i < distinct:
+            pool.append(_rand_row(rng, base + i))
+            return pool[-1]
+        return [str(base + i)] + pool[i % distinct][1:]
+
+    for start in range(0, rows, step):
+        batch = [row(i) for i in range(start, min(rows, start + step))]
+        with _tx(conn) as cur:
+            execute_values(cur, f"INSERT INTO {s}.alltypes ({names}) VALUES %s", batch, page_size=step)
+    # id ranges of ~per_transaction rows matching each predicate
+    updates = (
+        (5, f"UPDATE {s}.alltypes SET c_text = md5(id::text), c_int8 = c_int8 / 3, "
+            f"c_num = round(c_num / 2, 3), c_float4 = -c_float4, c_bool = NOT c_bool, "
+            f"c_tstz = c_tstz + interval '1 day 1 hour', c_interval = c_interval * 2, "
+            f"c_int4arr = c_int4arr || 7 WHERE id %% 5 = 0"),
+        (50, f"UPDATE {s}.alltypes SET id = id + 5000000 WHERE id %% 50 = 1 AND id < 5000000"),
+        (20, f"DELETE FROM {s}.alltypes WHERE id %% 20 = 3"),
+    )
+    for every, sql in updates:
+        span = step * every
+        for lo in range(base, base + rows, span):
+            _exec(conn, f"{sql} AND id >= %s AND id < %s", (lo, lo + span))
