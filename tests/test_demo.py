@@ -198,7 +198,8 @@ def test_batches_end_at_transaction_boundaries(name):
     rows = 0
     for a, b in batches:
         rows += dec.feed(msgs[a:b], lsn=lsns[a:b]).num_changes
-        assert dec.pending() == {"streams": {}, "prepared": {}, "carry_messages": 0}, (name, a, b)
+        assert dec.pending() == {"streams": {}, "prepared": {}, "open_transaction": None,
+                                 "open_changes": 0}, (name, a, b)
     assert rows == pgoutput_fast.decode_changes(msgs, lsns, events=False).num_changes
 
 

@@ -69,6 +69,12 @@ def _timestamp(x, t):
     return x
 
 
+def _time(x, t):
+    x = int(x)
+    # 24:00:00 is a valid PostgreSQL time that Arrow's time64 (< 1 day) cannot hold
+    return Special(t) if x == 86_400_000_000 else x
+
+
 def _interval(x, t):
     months, days, micros = (int(f) for f in x)
     if not INT64_MIN <= micros * 1000 <= INT64_MAX:
@@ -96,7 +102,7 @@ SCALARS = {
     "float8": (pa.float64(), "float8send({c})", _float8),
     "bytea": (pa.binary(), "{c}", _bytes),
     "date": (pa.date32(), "CASE WHEN isfinite({c}) THEN {c} - DATE '1970-01-01' END", _date),
-    "time": (pa.time64("us"), "(extract(epoch FROM {c}) * 1000000)::int8", _natural),
+    "time": (pa.time64("us"), "(extract(epoch FROM {c}) * 1000000)::int8", _time),
     "timestamp": (pa.timestamp("us"), _TS_EPOCH_US, _timestamp),
     "timestamptz": (pa.timestamp("us", tz="UTC"), _TS_EPOCH_US, _timestamp),
     "interval": (
