@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import collections
 import random
-import struct
 from decimal import Decimal
 from typing import NamedTuple
 
@@ -42,8 +41,9 @@ import pytest
 
 import pgoutput_fast
 from pgoutput_fast.testing import sqlcapture, workload
+from pgoutput_fast.testing.groundtruth import PgCatalog, TableTruth, published_tables, table_truth
 from pgoutput_fast.testing.image import (
-    META_COLUMNS, TRAILING_COLUMNS, ImageError, Special, TableImage, column_values, freeze,
+    META_COLUMNS, TRAILING_COLUMNS, ImageError, TableImage, column_values, freeze,
 )
 from pgoutput_fast.testing.postgres import find_bindir
 
@@ -86,254 +86,14 @@ MODE_PAIRS = [("v1-text", "v1-binary"), ("v2-text", "v2-binary"), ("v3-text", "v
 # ground truth: PostgreSQL's catalog and SELECT *
 # ======================================================================================
 
-def _natural(x, t):
-    return x
+# Ground truth lives in pgoutput_fast.testing.groundtruth (shared with the demo):
+# PgCatalog maps PostgreSQL's catalog to the documented Arrow types independently of
+# types.py; table_truth() reads each table's rows with exact SQL expressions.
+PgTable = TableTruth
 
 
-def _text(x, t):
-    return t
-
-
-def _bytes(x, t):
-    return bytes(x)
-
-
-def _float4(x, t):
-    return struct.unpack(">f", bytes(x))[0]
-
-
-def _float8(x, t):
-    return struct.unpack(">d", bytes(x))[0]
-
-
-def _date(x, t):
-    if x is None:
-        return {"infinity": INT32_MAX, "-infinity": INT32_MIN}[t]
-    return x
-
-
-def _timestamp(x, t):
-    if x is None:
-        return {"infinity": INT64_MAX, "-infinity": INT64_MIN}[t]
-    x = int(x)
-    if not INT64_MIN < x < INT64_MAX:
-        # beyond int64 µs since the Unix epoch (PostgreSQL counts from 2000, so its last
-        # ~29 years of timestamps do not fit): a value the Arrow type cannot hold
-        return Special(t)
-    return x
-
-
-def _time(x, t):
-    x = int(x)
-    # 24:00:00 is a valid PostgreSQL time that Arrow's time64 (< 1 day) cannot hold
-    return Special(t) if x == 86_400_000_000 else x
-
-
-def _interval(x, t):
-    months, days, micros = (int(f) for f in x)
-    if not INT64_MIN <= micros * 1000 <= INT64_MAX:
-        return Special(t)
-    return (months, days, micros * 1000)
-
-
-def _decimal(x, t):
-    return Special(t) if t == "NaN" else Decimal(t)
-
-
-_TS_EPOCH_US = "CASE WHEN isfinite({c}) THEN extract(epoch FROM {c}) * 1000000 END"
-_STRING_TYPES = ("text", "varchar", "bpchar", "name", "char", "xml", "json", "jsonb", "timetz",
-                 "inet", "cidr", "macaddr", "macaddr8")
-
-#: pg_catalog type name -> (documented Arrow type, exact SQL expression or None, converter)
-#: converter(x, t): x = the expression's value, t = the output-function text (never NULL)
-SCALARS = {
-    "bool": (pa.bool_(), "{c}", _natural),
-    "int2": (pa.int16(), "{c}", _natural),
-    "int4": (pa.int32(), "{c}", _natural),
-    "int8": (pa.int64(), "{c}", _natural),
-    "oid": (pa.uint32(), "{c}", _natural),
-    "float4": (pa.float32(), "float4send({c})", _float4),
-    "float8": (pa.float64(), "float8send({c})", _float8),
-    "bytea": (pa.binary(), "{c}", _bytes),
-    "date": (pa.date32(), "CASE WHEN isfinite({c}) THEN {c} - DATE '1970-01-01' END", _date),
-    "time": (pa.time64("us"), "(extract(epoch FROM {c}) * 1000000)::int8", _time),
-    "timestamp": (pa.timestamp("us"), _TS_EPOCH_US, _timestamp),
-    "timestamptz": (pa.timestamp("us", tz="UTC"), _TS_EPOCH_US, _timestamp),
-    "interval": (
-        pa.month_day_nano_interval(),
-        "ARRAY[extract(year FROM {c}) * 12 + extract(month FROM {c}), extract(day FROM {c}), "
-        "extract(hour FROM {c}) * 3600000000 + extract(minute FROM {c}) * 60000000 "
-        "+ extract(microseconds FROM {c})]::numeric[]",
-        _interval,
-    ),
-    "uuid": (pa.binary(16), "uuid_send({c})", _bytes),
-}
-for _name in _STRING_TYPES:
-    SCALARS[_name] = (pa.string(), None, _text)
-del _name
-
-
-class TypeSpec(NamedTuple):
-    """What PostgreSQL's catalog says a column must decode to (independent of types.py)."""
-
-    kind: str                 # 'scalar' | 'array' | 'unknown'
-    arrow: pa.DataType | None  # for 'unknown' it depends on the mode
-    expr: str | None          # SQL template of the exact value ({c} = column)
-    conv: object
-    elem: "TypeSpec | None" = None
-    send: str | None = None   # 'unknown': the type's send function (binary mode value)
-
-    def arrow_type(self, binary: bool) -> pa.DataType:
-        if self.kind == "unknown":
-            return pa.binary() if binary else pa.string()
-        return self.arrow
-
-
-class PgCatalog:
-    """pg_type lookups, cached."""
-
-    def __init__(self, cur):
-        self.cur = cur
-        self._types = {}
-
-    def type_row(self, oid):
-        row = self._types.get(oid)
-        if row is None:
-            self.cur.execute(
-                "SELECT t.typname, n.nspname, t.typtype, t.typbasetype, t.typtypmod, t.typelem, "
-                "t.typlen, t.typsend::regproc::text FROM pg_type t "
-                "JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.oid = %s", (oid,))
-            row = self._types[oid] = self.cur.fetchone()
-        return row
-
-    def spec(self, oid, typmod, *, allow_array=True) -> TypeSpec:
-        typname, nsp, typtype, base, base_typmod, elem, typlen, send = self.type_row(oid)
-        if typtype == "d":  # a domain decodes as its base type
-            return self.spec(base, base_typmod if typmod == -1 else typmod, allow_array=allow_array)
-        if nsp == "pg_catalog":
-            if typname == "numeric":
-                if typmod >= 4:
-                    p, s = ((typmod - 4) >> 16) & 0xFFFF, (typmod - 4) & 0xFFFF
-                    if 1 <= p <= 38 and s <= p:
-                        return TypeSpec("scalar", pa.decimal128(p, s), None, _decimal)
-                return TypeSpec("scalar", pa.string(), None, _text)
-            if typname in SCALARS:
-                arrow, expr, conv = SCALARS[typname]
-                return TypeSpec("scalar", arrow, expr, conv)
-            if allow_array and elem != 0 and typlen == -1:
-                e = self.spec(elem, typmod, allow_array=False)
-                if e.kind == "scalar" and self.type_row(elem)[2] != "d":
-                    return TypeSpec("array", pa.list_(e.arrow), None, None, elem=e)
-        return TypeSpec("unknown", None, None, None, send=send)
-
-
-class PgColumn(NamedTuple):
-    name: str
-    type_oid: int
-    typmod: int
-    spec: TypeSpec
-
-
-class PgTable(NamedTuple):
-    name: str                 # schema.table
-    columns: list             # [PgColumn]
-    replident: str
-    key_columns: tuple        # what the Relation message must flag (attribute order)
-    typed: dict               # binary(bool) -> [row dict of expected typed values]
-    text: dict                # binary(bool) -> [row dict of expected event-table text]
-
-
-def _quote(ident):
-    return '"' + ident.replace('"', '""') + '"'
-
-
-def _output_text(c):
-    """The type's output function (what pgoutput sends as 't'). ``c::text`` is a cast,
-    which differs: bool gives 'true', bpchar loses its padding, inet keeps '/32'."""
-    return f"CASE WHEN {c} IS NULL THEN NULL ELSE format('%s', {c}) END"
-
-
-def _pg_table(cur, cat: PgCatalog, schema, table) -> PgTable:
-    cur.execute(
-        "SELECT a.attname, a.atttypid, a.atttypmod FROM pg_attribute a "
-        "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
-        "ORDER BY a.attnum", (f"{_quote(schema)}.{_quote(table)}",))
-    columns = [PgColumn(n, oid, tm, cat.spec(oid, tm)) for n, oid, tm in cur.fetchall()]
-    cur.execute(
-        "SELECT c.relreplident, ARRAY(SELECT a.attname FROM pg_index i JOIN pg_attribute a "
-        "ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) WHERE i.indrelid = c.oid "
-        "AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident)) "
-        "ORDER BY a.attnum) FROM pg_class c WHERE c.oid = %s::regclass",
-        (f"{_quote(schema)}.{_quote(table)}",))
-    replident, keys = cur.fetchone()
-    key_columns = tuple(c.name for c in columns) if replident == "f" else tuple(keys)
-
-    # one SELECT: per column its text, the exact expression, and for arrays the shape flag,
-    # the elements' text and the elements' exact values
-    exprs, slots = [], []
-    for col in columns:
-        c = _quote(col.name)
-        slot = {"text": len(exprs)}
-        exprs.append(_output_text(c))
-        spec = col.spec
-        if spec.kind == "scalar" and spec.expr:
-            slot["x"] = len(exprs)
-            exprs.append(spec.expr.format(c=c))
-        elif spec.kind == "array":
-            slot["special"] = len(exprs)
-            exprs.append(f"(array_ndims({c}) > 1 OR array_lower({c}, 1) <> 1)")
-            slot["etext"] = len(exprs)
-            exprs.append(f"ARRAY(SELECT {_output_text('e')} FROM unnest({c}) WITH ORDINALITY AS u(e, i) ORDER BY i)")
-            if spec.elem.expr:
-                slot["ex"] = len(exprs)
-                exprs.append(f"ARRAY(SELECT {spec.elem.expr.format(c='e')} "
-                             f"FROM unnest({c}) WITH ORDINALITY AS u(e, i) ORDER BY i)")
-        elif spec.kind == "unknown":
-            slot["send"] = len(exprs)
-            exprs.append(f"{spec.send}({c})")
-        slots.append(slot)
-    cur.execute(f"SELECT {', '.join(exprs)} FROM ONLY {_quote(schema)}.{_quote(table)}")
-    result = cur.fetchall()
-
-    typed = {False: [], True: []}
-    text = {False: [], True: []}
-    for r in result:
-        trow, btrow, row_t, row_b = {}, {}, {}, {}
-        for col, slot in zip(columns, slots):
-            t = r[slot["text"]]
-            trow[col.name] = btrow[col.name] = t
-            spec = col.spec
-            if t is None:
-                row_t[col.name] = row_b[col.name] = None
-                continue
-            if spec.kind == "scalar":
-                v = spec.conv(r[slot["x"]] if "x" in slot else None, t)
-                row_t[col.name] = row_b[col.name] = v
-            elif spec.kind == "array":
-                if r[slot["special"]]:
-                    v = Special(t)
-                else:
-                    etexts = r[slot["etext"]]
-                    exact = r[slot["ex"]] if "ex" in slot else [None] * len(etexts)
-                    v = [None if et is None else spec.elem.conv(ex, et) for ex, et in zip(exact, etexts)]
-                row_t[col.name] = row_b[col.name] = v
-            else:
-                row_t[col.name] = t
-                row_b[col.name] = bytes(r[slot["send"]])
-                # the event table shows a binary value of an unknown type as hex
-                # (src/format_text.pxi: there is no output function to port)
-                btrow[col.name] = "\\x" + row_b[col.name].hex()
-        text[False].append(trow)
-        text[True].append(btrow)
-        typed[False].append(row_t)
-        typed[True].append(row_b)
-    return PgTable(f"{schema}.{table}", columns, replident, key_columns, typed, text)
-
-
-def _published_tables(cur, pub):
-    cur.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s "
-                "ORDER BY 1, 2", (pub,))
-    return cur.fetchall()
+def _pg_table(cur, cat: PgCatalog, schema, table) -> TableTruth:
+    return table_truth(cur, schema, table, cat)
 
 
 # ======================================================================================
@@ -390,7 +150,7 @@ def world(request):
         # ground truth in the capture's session settings (they shape the text forms)
         cur = cap.cursor()
         cat = PgCatalog(cur)
-        tables = {f"{s}.{t}": _pg_table(cur, cat, s, t) for s, t in _published_tables(cur, pub)
+        tables = {f"{s}.{t}": _pg_table(cur, cat, s, t) for s, t in published_tables(cur, pub)
                   if s == SCHEMA}  # before 15 the publication is FOR ALL TABLES
         yield World(captures, tables, cat, pg.version_num)
     finally:
@@ -685,7 +445,7 @@ def test_workload_captured(world):
             if v.streaming:
                 assert "p" in counts, name
     assert len(world.tables) == len(workload.TABLES) - 1 + 3  # parted's three leaves, not parted
-    assert world.tables[f"{SCHEMA}.stream_t"].typed[False], "stream_t is empty"
+    assert world.tables[f"{SCHEMA}.stream_t"].rows[False], "stream_t is empty"
     assert _unknown_columns(world) == {(f"{SCHEMA}.alltypes", "c_mood"), (f"{SCHEMA}.alltypes", "c_moodarr")}
 
 
@@ -800,9 +560,9 @@ def test_typed_image_equals_postgres(world, decoded, variant):
             continue
         for name, pgt in sorted(world.tables.items()):
             if name not in img:
-                if pgt.typed[v.binary]:
+                if pgt.rows[v.binary]:
                     problems.append(f"[{label}] {name}: no changes decoded, PostgreSQL has "
-                                    f"{len(pgt.typed[v.binary])} rows")
+                                    f"{len(pgt.rows[v.binary])} rows")
                 continue
             cols = [c.name for c in pgt.columns]
             if img.columns(name) != cols:
@@ -817,7 +577,7 @@ def test_typed_image_equals_postgres(world, decoded, variant):
                     problems.append(f"[{label}] {name}.{c.name} ({_pg_type_name(world, c)}): "
                                     f"Arrow type {got}, documented {want}")
             problems += [f"[{label}] {p}" for p in
-                         _diff_rows(name, pgt.typed[v.binary], img.rows(name), _diff_key(pgt))]
+                         _diff_rows(name, pgt.rows[v.binary], img.rows(name), _diff_key(pgt))]
         if label == "decode_changes" and problems:
             break  # the batched replay would repeat the same differences
     _report(problems)

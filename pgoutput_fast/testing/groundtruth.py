@@ -190,6 +190,7 @@ class TableTruth(NamedTuple):
     replident: str       # pg_class.relreplident
     key_columns: tuple   # the replica identity's columns (all columns for FULL)
     rows: dict           # binary (bool) -> [{column: typed value as in TableImage.rows()}]
+    text: dict           # binary (bool) -> [{column: text as in the change-event table}]
 
     def arrow_types(self, binary: bool) -> dict:
         return {c.name: c.spec.arrow_type(binary) for c in self.columns}
@@ -257,10 +258,12 @@ def table_truth(cur, schema, table, catalog: PgCatalog | None = None) -> TableTr
     result = cur.fetchall()
 
     rows = {False: [], True: []}
+    text = {False: [], True: []}
     for r in result:
-        row_t, row_b = {}, {}
+        row_t, row_b, trow, btrow = {}, {}, {}, {}
         for col, slot in zip(columns, slots):
             t = r[slot["text"]]
+            trow[col.name] = btrow[col.name] = t
             spec = col.spec
             if t is None:
                 row_t[col.name] = row_b[col.name] = None
@@ -277,6 +280,11 @@ def table_truth(cur, schema, table, catalog: PgCatalog | None = None) -> TableTr
             else:  # unknown type: text in text mode, the send function's bytes in binary
                 row_t[col.name] = t
                 row_b[col.name] = bytes(r[slot["send"]])
+                # the event table shows a binary value of an unknown type as hex
+                # (src/format_text.pxi: there is no output function to port)
+                btrow[col.name] = "\\x" + row_b[col.name].hex()
         rows[False].append(row_t)
         rows[True].append(row_b)
-    return TableTruth(f"{schema}.{table}", columns, replident, key_columns, rows)
+        text[False].append(trow)
+        text[True].append(btrow)
+    return TableTruth(f"{schema}.{table}", columns, replident, key_columns, rows, text)
