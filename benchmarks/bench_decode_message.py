@@ -3,7 +3,7 @@
 import pytest
 
 from pgoutput_fast import StreamStart, StreamStop, _native, _reference
-from conftest import record
+from benchutil import record
 from test_fixtures import FIXTURE_NAMES, load_fixture
 
 
@@ -36,7 +36,7 @@ def _run(decode):
 def test_decode_message_native(benchmark):
     benchmark(_run, _native.decode_message)
     record(benchmark, "decode_message/native", bytes=NBYTES, messages=len(MESSAGES))
-    from conftest import RESULTS
+    from benchutil import RESULTS
     RESULTS["decode_message/native"]["baseline"] = "decode_message/reference"
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import corpus
-from conftest import RESULTS, record
+from benchutil import RESULTS, record
 from pgoutput_fast import _native
 from pgoutput_fast.decoder import Decoder
 

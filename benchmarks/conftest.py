@@ -13,19 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
-RESULTS = {}  # name -> dict(median=seconds, bytes=..., rows=..., messages=...)
-
-
-def record(benchmark, name, **sizes):
-    """Attach throughput figures to a finished benchmark and remember it for ratios."""
-    median = benchmark.stats.stats.median
-    info = {"median": median, **sizes}
-    for k, v in sizes.items():
-        if k == "bytes":
-            benchmark.extra_info["MB/s"] = round(v / median / 1e6, 1)
-        elif k in ("rows", "messages"):
-            benchmark.extra_info[f"{k}/s"] = round(v / median)
-    RESULTS[name] = info
+from benchutil import RESULTS  # noqa: E402
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -44,9 +32,10 @@ def pytest_terminal_summary(terminalreporter):
         tr.write_line(f"{name:48s} " + "  ".join(parts))
     ratios = []
     for name, info in RESULTS.items():
-        base = info.get("baseline")
-        if base and base in RESULTS:
-            ratios.append((name, base, RESULTS[base]["median"] / info["median"]))
+        bases = info.get("baseline") or []
+        for base in [bases] if isinstance(bases, str) else bases:
+            if base in RESULTS:
+                ratios.append((name, base, RESULTS[base]["median"] / info["median"]))
     if ratios:
         tr.section("same-run ratios (how many times faster than the baseline)")
         for name, base, r in sorted(ratios):

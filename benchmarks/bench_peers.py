@@ -1,0 +1,122 @@
+"""Peers on the same bytes, in the same run: pypgoutput 0.0.3's decoder layer (text
+only) and a minimal ``struct``-based Python TupleData splitter (the floor any
+pure-Python decoder reaches). Both get a slice of the narrow text corpus; the native
+Decoder decodes the same slice into typed Arrow tables, so the ratio compares work on
+identical input.
+"""
+
+import struct
+
+import pytest
+
+from bench_decoder import data
+from benchutil import RESULTS, record
+from pgoutput_fast.decoder import Decoder
+
+SLICE = 50_000
+
+
+def _slice(mode="text"):
+    lsns, msgs, _ = data("narrow", mode)
+    raw = msgs.slice(0, SLICE).to_pylist()
+    return lsns[:SLICE], msgs.slice(0, SLICE), raw, sum(len(m) for m in raw)
+
+
+def _pypgoutput_decode(raw):
+    from pypgoutput import decoders as d
+
+    classes = {ord("B"): d.Begin, ord("C"): d.Commit, ord("R"): d.Relation, ord("I"): d.Insert,
+               ord("U"): d.Update, ord("D"): d.Delete, ord("T"): d.Truncate}
+    rows = 0
+    for m in raw:
+        cls = classes.get(m[0])
+        if cls is not None:
+            cls(m)
+            rows += m[0] in (73, 85, 68)
+    return rows
+
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+def _split_tuple(m, pos):
+    (n,) = _I16.unpack_from(m, pos)
+    pos += 2
+    out = []
+    for _ in range(n):
+        k = m[pos]
+        pos += 1
+        if k == 116 or k == 98:
+            (ln,) = _I32.unpack_from(m, pos)
+            pos += 4
+            out.append(m[pos:pos + ln])
+            pos += ln
+        else:
+            out.append(None)
+    return out, pos
+
+
+def _struct_split(raw):
+    """Split every I/U/D into its column values (bytes), nothing more."""
+    rows = 0
+    for m in raw:
+        t = m[0]
+        if t == 73:
+            _split_tuple(m, 6)
+        elif t == 85 or t == 68:
+            pos = 5
+            if m[pos] in (75, 79):
+                _, pos = _split_tuple(m, pos + 1)
+                if t == 85:
+                    _split_tuple(m, pos + 1)
+            elif t == 85:
+                _split_tuple(m, pos + 1)
+        else:
+            continue
+        rows += 1
+    return rows
+
+
+@pytest.mark.benchmark(group="peers")
+def test_peer_pypgoutput(benchmark):
+    pytest.importorskip("pypgoutput", reason="pip install pypgoutput==0.0.3 (the bench extra)")
+    _, _, raw, nbytes = _slice()
+    rows = benchmark.pedantic(_pypgoutput_decode, args=(raw,), rounds=1, iterations=1)
+    record(benchmark, "peers/pypgoutput/text", bytes=nbytes, rows=rows)
+
+
+@pytest.mark.benchmark(group="peers")
+def test_peer_struct_splitter(benchmark):
+    _, _, raw, nbytes = _slice()
+    rows = benchmark.pedantic(_struct_split, args=(raw,), rounds=3, iterations=1)
+    record(benchmark, "peers/struct-splitter/text", bytes=nbytes, rows=rows)
+
+
+@pytest.mark.benchmark(group="peers")
+def test_native_on_peer_slice(benchmark):
+    lsns, sl, _, nbytes = _slice()
+    cs = benchmark.pedantic(lambda: Decoder(events=False).feed(sl, lsns), rounds=5, iterations=1)
+    name = "peers/pgoutput_fast-typed/text"
+    record(benchmark, name, bytes=nbytes, rows=cs.num_changes)
+    RESULTS[name]["baseline"] = ["peers/pypgoutput/text", "peers/struct-splitter/text"]
+
+
+@pytest.mark.benchmark(group="peers")
+def test_peer_pypgoutput_binary_mode(benchmark):
+    """pypgoutput reads every value as UTF-8 text: what it does with binary mode is
+    recorded instead of a number."""
+    pytest.importorskip("pypgoutput")
+    _, _, raw, _ = _slice("binary")
+
+    def run():
+        try:
+            _pypgoutput_decode(raw)
+        except Exception as exc:
+            return f"fails: {type(exc).__name__}: {exc}"[:160]
+        return ("no error raised, but wrong: its TupleData reader ignores the 'b' kind without "
+                "reading the value, so every later column is misread")
+
+    outcome = benchmark.pedantic(run, rounds=1, iterations=1)
+    benchmark.extra_info["outcome"] = outcome
+    print(f"\npypgoutput on binary mode: {outcome}")
