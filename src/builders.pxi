@@ -294,15 +294,19 @@ cdef inline int col_end_row(Column *c, bint valid, bint toast) noexcept nogil:
 
 
 cdef inline int col_end_valid(Column *c) noexcept nogil:
-    """col_end_row(c, 1, 0) with the common cases inline: no null and no TOAST so far."""
+    """col_end_row(c, 1, 0) with the common cases inline (no TOAST in the column)."""
     cdef int32_t end
-    if c.nulls == 0 and not c.any_toast:
+    if not c.any_toast:
         if c.layout == LAYOUT_FIXED or c.layout == LAYOUT_BOOL:
+            if c.nulls and bit_set(&c.validity, c.length, 1) < 0:
+                return -1
             c.length += 1
             return 0
         if c.layout == LAYOUT_VARLEN and c.offsets.len != 0 and c.data.len <= 0x7FFFFFFF:
             end = <int32_t>c.data.len
             if buf_append4(&c.offsets, &end) < 0:
+                return -1
+            if c.nulls and bit_set(&c.validity, c.length, 1) < 0:
                 return -1
             c.length += 1
             return 0

@@ -1161,6 +1161,82 @@ cdef class DecoderCore:
                 self._scan_tuple(m, c, rb, NULL, 1, kind, -1)
         return 0
 
+    cdef int _scan_typed(self, const MsgRef *m, Cursor *c, RelBuilders rb, Column **cols,
+                         bint is_old, Py_ssize_t row) except -1:
+        """The typed scan of one TupleData: the hot loop of the decoder.
+
+        Position and end live in locals (registers), not in the Cursor; the Cursor is
+        updated at the end, or just before an error is raised from it.
+        """
+        cdef const unsigned char *buf = c.buf
+        cdef Py_ssize_t pos = c.pos
+        cdef Py_ssize_t end = c.len
+        cdef Py_ssize_t at = pos
+        cdef const unsigned char *p
+        cdef const char *why = NULL
+        cdef Column *col
+        cdef int16_t ncols
+        cdef int32_t n
+        cdef int i, rc
+        cdef uint8_t kind
+        if end - pos < 2:
+            return self._fail_short(c, pos, 2)
+        ncols = pgo_be16s(buf + pos)
+        if ncols != rb.ncols:
+            self._fail(f"TupleData has {ncols} columns but relation {rb.version.qualified_name} "
+                       f"(relid {rb.version.relid}) has {rb.ncols}", m, at)
+        pos += 2
+        for i in range(ncols):
+            at = pos
+            if pos >= end:
+                return self._fail_short(c, pos, 1)
+            kind = buf[pos]
+            pos += 1
+            col = cols[i]
+            if kind == 116 or kind == 98:           # 't' / 'b'
+                if end - pos < 4:
+                    return self._fail_short(c, pos, 4)
+                n = pgo_be32s(buf + pos)
+                pos += 4
+                if n < 0:
+                    self._fail(f"negative value length {n} in column {i}", m, pos - 4)
+                if end - pos < n:
+                    return self._fail_short(c, pos, n)
+                p = buf + pos
+                pos += n
+                if kind == 116:
+                    rc = parse_text_value(col, p, n, &why)
+                else:
+                    rc = parse_binary_value(col, p, n, &why)
+                if rc == 0:
+                    rc = col_end_valid(col)
+                    if rc < 0:
+                        self._builder_fail(rc, m, rb, i)
+                elif rc == 1:
+                    if col_end_row(col, 0, 0) < 0:
+                        raise MemoryError()
+                    rb.specials.append((row, i, is_old, chr(kind), bytes(<const unsigned char[:n]>p)))
+                else:
+                    self._value_fail(m, rb, i, kind, p, n, why, at)
+            elif kind == 110:                        # 'n'
+                if col_end_row(col, 0, 0) < 0:
+                    raise MemoryError()
+            elif kind == 117:                        # 'u'
+                if is_old:
+                    self._fail(f"unchanged-TOAST marker 'u' in an old tuple (column "
+                               f"{rb.version.column_names[i]!r})", m, at)
+                if col_end_row(col, 0, 1) < 0:
+                    raise MemoryError()
+            else:
+                self._fail(f"unknown TupleData column kind byte 0x{kind:02x} in column {i}", m, at)
+        c.pos = pos
+        return 0
+
+    cdef int _fail_short(self, Cursor *c, Py_ssize_t pos, Py_ssize_t need) except -1:
+        c.pos = pos
+        cur_need(c, need)
+        return self._fail_cursor(c)
+
     cdef int _scan_tuple(self, const MsgRef *m, Cursor *c, RelBuilders rb, Column **cols,
                          bint is_old, uint8_t old_kind, Py_ssize_t row) except -1:
         """Scan one TupleData into `cols` (typed) or, with cols NULL, into the event map.
@@ -1168,6 +1244,8 @@ cdef class DecoderCore:
         The typed and the event pass are separate scans of the same bytes: each stays a
         tight loop with one job.
         """
+        if cols != NULL:
+            return self._scan_typed(m, c, rb, cols, is_old, row)
         cdef int16_t ncols
         cdef int i, rc
         cdef uint8_t kind
