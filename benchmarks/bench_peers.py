@@ -17,9 +17,17 @@ SLICE = 50_000
 
 
 def _slice(mode="text"):
+    """The first SLICE messages, extended to the end of the transaction open there (so
+    that the native Decoder emits every change it decoded)."""
+    import numpy as np
+
     lsns, msgs, _ = data("narrow", mode)
-    raw = msgs.slice(0, SLICE).to_pylist()
-    return lsns[:SLICE], msgs.slice(0, SLICE), raw, sum(len(m) for m in raw)
+    starts = np.frombuffer(msgs.buffers()[1], np.int32)[msgs.offset:msgs.offset + len(msgs)]
+    first = np.frombuffer(msgs.buffers()[2], np.uint8)[starts]
+    commits = np.nonzero(first == ord("C"))[0]
+    end = int(commits[np.searchsorted(commits, SLICE - 1)]) + 1 if len(commits) else len(msgs)
+    raw = msgs.slice(0, end).to_pylist()
+    return lsns[:end], msgs.slice(0, end), raw, sum(len(m) for m in raw)
 
 
 def _pypgoutput_decode(raw):

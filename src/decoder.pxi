@@ -247,6 +247,7 @@ cdef class RelBuilders:
     cdef int32_t *name_ids
     cdef unsigned char *is_key
     cdef unsigned char *any_binary_committed   # per column: a committed 'b' value (unknown types)
+    cdef int32_t *ctype                # per column: kind, precision, scale, elem_kind (C copy)
     cdef Meta meta
     cdef Py_ssize_t committed          # rows of committed transactions
     cdef Py_ssize_t committed_before
@@ -267,6 +268,7 @@ cdef class RelBuilders:
         free(self.name_ids)
         free(self.is_key)
         free(self.any_binary_committed)
+        free(self.ctype)
         buf_free(&self.before_rows)
         buf_free(&self.before_kind)
         meta_free(&self.meta)
@@ -294,9 +296,16 @@ cdef class RelBuilders:
         self.name_ids = <int32_t *>malloc(sizeof(int32_t) * (self.ncols + 1))
         self.is_key = <unsigned char *>malloc(self.ncols + 1)
         self.any_binary_committed = <unsigned char *>calloc(self.ncols + 1, 1)
-        if self.name_ids == NULL or self.is_key == NULL or self.any_binary_committed == NULL:
+        self.ctype = <int32_t *>calloc(4 * self.ncols + 4, sizeof(int32_t))
+        if (self.name_ids == NULL or self.is_key == NULL or self.any_binary_committed == NULL
+                or self.ctype == NULL):
             raise MemoryError()
         for i in range(self.ncols):
+            ct = self.col_types[i]
+            self.ctype[4 * i] = ct.kind
+            self.ctype[4 * i + 1] = ct.precision
+            self.ctype[4 * i + 2] = ct.scale
+            self.ctype[4 * i + 3] = ct.elem_kind
             self.name_ids[i] = name_ids[i]
             self.is_key[i] = version.columns[i].flags & 1
         self.cols = self._alloc_cols()
@@ -1405,9 +1414,8 @@ cdef class DecoderCore:
             if col_push_bytes(mb.values, p, n) < 0:
                 raise MemoryError()
         else:
-            ct = rb.col_types[i]
-            rc = fmt_binary_as_text(ct.kind, ct.precision, ct.scale, ct.elem_kind, p, n,
-                                    &mb.values.data, &why)
+            rc = fmt_binary_as_text(rb.ctype[4 * i], rb.ctype[4 * i + 1], rb.ctype[4 * i + 2],
+                                    rb.ctype[4 * i + 3], p, n, &mb.values.data, &why)
             if rc < 0:
                 self._value_fail(m, rb, i, kind, p, n, why, at)
         rc = col_end_valid(mb.values)
