@@ -5,12 +5,11 @@ Decoder decodes the same slice into typed Arrow tables, so the ratio compares wo
 identical input.
 """
 
-import struct
-
 import pytest
 
 from bench_decoder import data
 from benchutil import RESULTS, record
+from pgoutput_fast.bench.peers import pypgoutput_decode as _pypgoutput_decode, struct_split as _struct_split
 from pgoutput_fast.decoder import Decoder
 
 SLICE = 50_000
@@ -28,62 +27,6 @@ def _slice(mode="text"):
     end = int(commits[np.searchsorted(commits, SLICE - 1)]) + 1 if len(commits) else len(msgs)
     raw = msgs.slice(0, end).to_pylist()
     return lsns[:end], msgs.slice(0, end), raw, sum(len(m) for m in raw)
-
-
-def _pypgoutput_decode(raw):
-    from pypgoutput import decoders as d
-
-    classes = {ord("B"): d.Begin, ord("C"): d.Commit, ord("R"): d.Relation, ord("I"): d.Insert,
-               ord("U"): d.Update, ord("D"): d.Delete, ord("T"): d.Truncate}
-    rows = 0
-    for m in raw:
-        cls = classes.get(m[0])
-        if cls is not None:
-            cls(m)
-            rows += m[0] in (73, 85, 68)
-    return rows
-
-
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-
-
-def _split_tuple(m, pos):
-    (n,) = _I16.unpack_from(m, pos)
-    pos += 2
-    out = []
-    for _ in range(n):
-        k = m[pos]
-        pos += 1
-        if k == 116 or k == 98:
-            (ln,) = _I32.unpack_from(m, pos)
-            pos += 4
-            out.append(m[pos:pos + ln])
-            pos += ln
-        else:
-            out.append(None)
-    return out, pos
-
-
-def _struct_split(raw):
-    """Split every I/U/D into its column values (bytes), nothing more."""
-    rows = 0
-    for m in raw:
-        t = m[0]
-        if t == 73:
-            _split_tuple(m, 6)
-        elif t == 85 or t == 68:
-            pos = 5
-            if m[pos] in (75, 79):
-                _, pos = _split_tuple(m, pos + 1)
-                if t == 85:
-                    _split_tuple(m, pos + 1)
-            elif t == 85:
-                _split_tuple(m, pos + 1)
-        else:
-            continue
-        rows += 1
-    return rows
 
 
 @pytest.mark.benchmark(group="peers")

@@ -137,6 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     demo.add_arguments(pm)
     pm.set_defaults(func=demo.run)
+    from . import bench  # the work happens in bench.run
+
+    pb = sub.add_parser("bench", help="decode throughput on the standard workloads, with peers",
+                        description=bench.DESCRIPTION,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_arguments(pb)
+    pb.set_defaults(func=bench.run)
     return p
 
 

@@ -1,0 +1,187 @@
+"""Benchmark corpus: real pgoutput captured from a private PostgreSQL, cached on disk.
+
+    python -m pgoutput_fast.bench.corpus [--rows N]   # build every workload (text + binary)
+    python benchmarks/corpus.py [--rows N]             # the same
+
+Workloads (each captured in text and binary mode, protocol 1):
+  narrow   10 columns of mixed int/text/timestamp/numeric/bool types:
+           inserts, then updates of a third and deletes of a sixth of the rows
+  wide     50 columns (the narrow mix repeated), inserts
+Captured with COPY (SELECT lsn, data FROM pg_logical_slot_peek_binary_changes(...)) so
+that millions of messages move quickly; stored as framed capture files (.pgoc) under
+benchmarks/.corpus/ in a source checkout, else ~/.cache/pgoutput_fast/corpus (override:
+PGOUTPUT_FAST_CORPUS); not committed, rebuilt when missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import struct
+import sys
+import time
+
+def _default_cache() -> str:
+    checkout = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                            "benchmarks")
+    if os.path.isdir(checkout):
+        return os.path.join(checkout, ".corpus")
+    return os.path.join(os.path.expanduser("~"), ".cache", "pgoutput_fast", "corpus")
+
+
+CACHE = os.environ.get("PGOUTPUT_FAST_CORPUS") or _default_cache()
+DEFAULT_ROWS = int(os.environ.get("PGOUTPUT_FAST_CORPUS_ROWS", "2000000"))
+
+NARROW_COLS = [
+    ("a", "int4", "(g %% 100000)::int4"),
+    ("b", "int8", "g::int8 * 7919"),
+    ("c", "text", "'customer-' || (g %% 50000)::text"),
+    ("d", "varchar(32)", "md5(g::text)::varchar(32)"),
+    ("e", "timestamptz", "timestamptz '2024-01-01 00:00:00+00' + (g || ' seconds')::interval"),
+    ("f", "timestamp", "timestamp '2023-06-01 12:00:00' + (g || ' minutes')::interval"),
+    ("h", "numeric(12,2)", "((g %% 1000000)::numeric / 100)"),
+    ("i", "bool", "(g %% 3 = 0)"),
+    ("j", "float8", "(g::float8 / 7)"),
+]
+
+
+def _workloads(rows):
+    wide_cols = [(f"{n}{k}", t, e) for k in range(5) for n, t, e in NARROW_COLS][:48]
+    return {
+        "narrow": ("bench_narrow", NARROW_COLS, rows, True),
+        "wide": ("bench_wide", wide_cols, max(rows // 5, 1000), False),
+    }
+
+
+def path_for(workload: str, mode: str, rows: int) -> str:
+    return os.path.join(CACHE, f"{workload}-{mode}-{rows}.pgoc")
+
+
+def _copy_capture(conn, slot, opts, out_path):
+    """Stream (lsn, data) rows with COPY BINARY into a framed capture file."""
+    from pgoutput_fast.framing import MAGIC
+    from pgoutput_fast.lsn import parse_lsn
+
+    opt_sql = ", ".join(f"'{k}', '{v}'" for k, v in opts.items())
+    query = (f"COPY (SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes("
+             f"'{slot}', NULL, NULL, {opt_sql})) TO STDOUT WITH (FORMAT binary)")
+    tmp = out_path + ".copy"
+    with open(tmp, "wb") as f:
+        conn.cursor().copy_expert(query, f)
+    n = 0
+    with open(tmp, "rb") as f, open(out_path + ".tmp", "wb") as out:
+        data = f.read()
+        out.write(MAGIC)
+        pos = 11 + 4
+        ext = struct.unpack_from(">I", data, pos)[0]
+        pos += 4 + ext
+        while True:
+            (nf,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            if nf == -1:
+                break
+            (l1,) = struct.unpack_from(">i", data, pos)
+            lsn = parse_lsn(data[pos + 4: pos + 4 + l1].decode())
+            pos += 4 + l1
+            (l2,) = struct.unpack_from(">i", data, pos)
+            out.write(struct.pack(">QI", lsn, l2))
+            out.write(data[pos + 4: pos + 4 + l2])
+            pos += 4 + l2
+            n += 1
+    os.remove(tmp)
+    os.replace(out_path + ".tmp", out_path)
+    return n
+
+
+def build(rows: int = DEFAULT_ROWS, verbose: bool = True) -> None:
+    from pgoutput_fast.testing.postgres import PostgresServer
+    from pgoutput_fast.testing.sqlcapture import session_settings, wait_for_wal_flush
+
+    os.makedirs(CACHE, exist_ok=True)
+    todo = {w: spec for w, spec in _workloads(rows).items()
+            if not all(os.path.exists(path_for(w, m, rows)) for m in ("text", "binary"))}
+    if not todo:
+        return
+    with PostgresServer(extra_conf={"logical_decoding_work_mem": "1GB",
+                                    "max_wal_size": "8GB", "checkpoint_timeout": "30min"}) as srv:
+        conn = srv.connect()
+        cur = conn.cursor()
+        session_settings(conn)
+        for workload, (table, cols, n, churn) in todo.items():
+            t0 = time.time()
+            coldefs = ", ".join(f"{c} {t}" for c, t, _ in cols)
+            cur.execute(f"DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (id int8 PRIMARY KEY, {coldefs})")
+            cur.execute(f"DROP PUBLICATION IF EXISTS pub_{table}; CREATE PUBLICATION pub_{table} FOR TABLE {table}")
+            slot = f"slot_{table}"
+            cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+            select = ", ".join(e.replace("%%", "%") for _, _, e in cols)
+            batch = 100_000
+            for lo in range(0, n, batch):
+                hi = min(n, lo + batch)
+                cur.execute(f"INSERT INTO {table} SELECT g, {select} FROM generate_series({lo}, {hi - 1}) g")
+            if churn:
+                cur.execute(f"UPDATE {table} SET a = a + 1, c = c || '-u', h = h + 1 WHERE id % 3 = 0")
+                cur.execute(f"DELETE FROM {table} WHERE id % 6 = 1")
+            wait_for_wal_flush(conn)
+            for mode in ("text", "binary"):
+                opts = {"proto_version": "1", "publication_names": f"pub_{table}"}
+                if mode == "binary":
+                    opts["binary"] = "true"
+                count = _copy_capture(conn, slot, opts, path_for(workload, mode, rows))
+                if verbose:
+                    size = os.path.getsize(path_for(workload, mode, rows))
+                    print(f"{workload}/{mode}: {count} messages, {size / 1e6:.0f} MB "
+                          f"({time.time() - t0:.0f} s)", file=sys.stderr)
+            cur.execute(f"SELECT pg_drop_replication_slot('{slot}')")
+        conn.close()
+
+
+def load(workload: str, mode: str, rows: int = DEFAULT_ROWS):
+    """(lsns, pa.BinaryArray of messages) of a workload, building the corpus if needed."""
+    import numpy as np
+    import pyarrow as pa
+
+    path = path_for(workload, mode, rows)
+    ipc = path[:-5] + ".arrow"
+    if os.path.exists(ipc):
+        with pa.memory_map(ipc) as source:
+            table = pa.ipc.open_file(source).read_all()
+        return table.column("lsn").to_numpy(), table.column("data").combine_chunks()
+    if not os.path.exists(path):
+        build(rows)
+    with open(path, "rb") as f:
+        data = f.read()
+    # frames -> offsets without a Python object per message
+    from pgoutput_fast.framing import MAGIC
+
+    assert data[:8] == MAGIC
+    lsns, starts, lens = [], [], []
+    pos, n = 8, len(data)
+    mv = memoryview(data)
+    while pos < n:
+        lsn, ln = struct.unpack_from(">QI", mv, pos)
+        lsns.append(lsn)
+        starts.append(pos + 12)
+        lens.append(ln)
+        pos += 12 + ln
+    starts = np.array(starts, np.int64)
+    lens = np.array(lens, np.int64)
+    idx = np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(lens.sum())
+    body = np.frombuffer(data, np.uint8)[idx]
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    arr = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(lens), [None, pa.py_buffer(offsets), pa.py_buffer(body)])
+    if offsets[-1] < 2**31:
+        arr = arr.cast(pa.binary())
+    lsns = np.array(lsns, np.int64)
+    table = pa.table({"lsn": lsns, "data": arr})
+    with pa.OSFile(ipc + ".tmp", "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    os.replace(ipc + ".tmp", ipc)
+    return lsns, arr
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=DEFAULT_ROWS)
+    args = ap.parse_args()
+    build(args.rows)

@@ -1,0 +1,76 @@
+"""Peers measured in the same run: pypgoutput 0.0.3's decoder layer (text only; pip
+install pypgoutput==0.0.3, the ``bench`` extra) and a minimal ``struct``-based Python
+TupleData splitter, the floor any pure-Python decoder reaches."""
+
+import struct
+
+__all__ = ["pypgoutput_decode", "struct_split", "have_pypgoutput", "PYPGOUTPUT_BINARY"]
+
+#: what pypgoutput does with binary mode (recorded instead of a number)
+PYPGOUTPUT_BINARY = ("cannot decode binary mode: its TupleData reader ignores the 'b' kind "
+                     "without reading the value, so every later column is misread (no error)")
+
+
+def have_pypgoutput() -> bool:
+    try:
+        import pypgoutput.decoders  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def pypgoutput_decode(raw):
+    """Decode every B/C/R/I/U/D/T message with pypgoutput.decoders; rows seen."""
+    from pypgoutput import decoders as d
+
+    classes = {ord("B"): d.Begin, ord("C"): d.Commit, ord("R"): d.Relation, ord("I"): d.Insert,
+               ord("U"): d.Update, ord("D"): d.Delete, ord("T"): d.Truncate}
+    rows = 0
+    for m in raw:
+        cls = classes.get(m[0])
+        if cls is not None:
+            cls(m)
+            rows += m[0] in (73, 85, 68)
+    return rows
+
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+def _split_tuple(m, pos):
+    (n,) = _I16.unpack_from(m, pos)
+    pos += 2
+    out = []
+    for _ in range(n):
+        k = m[pos]
+        pos += 1
+        if k == 116 or k == 98:
+            (ln,) = _I32.unpack_from(m, pos)
+            pos += 4
+            out.append(m[pos:pos + ln])
+            pos += ln
+        else:
+            out.append(None)
+    return out, pos
+
+
+def struct_split(raw):
+    """Split every I/U/D into its column values (bytes), nothing more."""
+    rows = 0
+    for m in raw:
+        t = m[0]
+        if t == 73:
+            _split_tuple(m, 6)
+        elif t == 85 or t == 68:
+            pos = 5
+            if m[pos] in (75, 79):
+                _, pos = _split_tuple(m, pos + 1)
+                if t == 85:
+                    _split_tuple(m, pos + 1)
+            elif t == 85:
+                _split_tuple(m, pos + 1)
+        else:
+            continue
+        rows += 1
+    return rows
