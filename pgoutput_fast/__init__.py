@@ -56,7 +56,7 @@ if IMPL == "native":
             "pure-Python reference decoder on purpose, set PGOUTPUT_FAST_IMPL=python."
         ) from _exc
 elif IMPL == "python":
-    from . import _reference as _impl
+    from . import _reference as _impl  # type: ignore[no-redef]  # same API as _native
 else:
     raise ImportError(f"PGOUTPUT_FAST_IMPL must be 'native' or 'python', not {IMPL!r}")
 

@@ -340,7 +340,7 @@ def _diff_frozen(left, fleft, right, fright, key, what, limit=3) -> list:
     cl, cr = collections.Counter(fleft), collections.Counter(fright)
     if cl == cr:
         return []
-    by_frozen = {}
+    by_frozen: dict = {}
     for f, r in zip(fleft + fright, left + right):
         by_frozen.setdefault(f, r)
     missing, extra = list((cl - cr).elements()), list((cr - cl).elements())

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .decoder import ChangeSet
+
 __all__ = ["DecodeError"]
 
 
@@ -15,7 +20,11 @@ class DecodeError(ValueError):
             message was empty).
         message_index: index of the message within the batch fed to a decoder (or None
             for ``decode_message``).
+        changes: set only when raised by ``Decoder.feed``: the committed changes before
+            the bad message.
     """
+
+    changes: ChangeSet  # annotation only: the attribute exists once Decoder.feed sets it
 
     def __init__(self, reason, offset=None, message_type=None, message_index=None):
         self.reason = reason

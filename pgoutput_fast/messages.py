@@ -101,7 +101,7 @@ def _fmt_field(name, value):
 
 
 def _record(name, fields, doc, defaults=None, type_byte=None):
-    base = namedtuple(name, fields, defaults=defaults)
+    base = namedtuple(name, fields, defaults=defaults)  # type: ignore[misc]  # built at run time
     ns = {
         "__slots__": (),
         "__doc__": doc,

@@ -1627,17 +1627,6 @@ cdef class MessageBatch:
         self.cap = cap
         return 0
 
-    def add_pairs(self, list pairs):
-        """[(lsn, bytes)] carried over from the previous feed."""
-        cdef bytes b
-        self._grow(len(pairs))
-        for lsn, b in pairs:
-            self.owners.append(b)
-            self.refs[self.n].p = <const unsigned char *>PyBytes_AS_STRING(b)
-            self.refs[self.n].n = PyBytes_GET_SIZE(b)
-            self.refs[self.n].lsn = lsn
-            self.n += 1
-
     def add(self, messages, lsn=None):
         cdef Py_ssize_t start = self.n
         cdef Py_ssize_t i, count

@@ -133,10 +133,6 @@ class MessageBatch:
     def __init__(self):
         self.pairs = []
 
-    def add_pairs(self, pairs):
-        """``[(lsn, bytes)]`` carried over from the previous feed."""
-        self.pairs.extend((int(lsn), bytes(b)) for lsn, b in pairs)
-
     def add(self, messages, lsn=None):
         """Messages as a binary Arrow array (or chunked) or a sequence of bytes-like."""
         start = len(self.pairs)

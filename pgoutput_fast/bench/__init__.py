@@ -109,8 +109,11 @@ def _peak_child(msgs, lsns):
     parent, child = ctx.Pipe()
 
     def work(conn):
+        from .. import _native
         from ..decoder import Decoder
 
+        # released blocks the parent kept for reuse would hide the output's memory
+        _native.set_buffer_cache_limit(0)
         base = _rss_bytes()
         cs = Decoder(events=False).feed(msgs, lsns)
         out = sum(t.nbytes for _, t in cs.table_versions)

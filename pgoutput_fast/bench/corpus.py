@@ -164,20 +164,20 @@ def load(workload: str, mode: str, rows: int = DEFAULT_ROWS):
         starts.append(pos + 12)
         lens.append(ln)
         pos += 12 + ln
-    starts = np.array(starts, np.int64)
-    lens = np.array(lens, np.int64)
-    idx = np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(lens.sum())
+    start_arr = np.array(starts, np.int64)
+    len_arr = np.array(lens, np.int64)
+    idx = np.repeat(start_arr - np.concatenate([[0], np.cumsum(len_arr)[:-1]]), len_arr) + np.arange(len_arr.sum())
     body = np.frombuffer(data, np.uint8)[idx]
-    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-    arr = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(lens), [None, pa.py_buffer(offsets), pa.py_buffer(body)])
+    offsets = np.concatenate([[0], np.cumsum(len_arr)]).astype(np.int64)
+    arr = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(len_arr), [None, pa.py_buffer(offsets), pa.py_buffer(body)])
     if offsets[-1] < 2**31:
         arr = arr.cast(pa.binary())
-    lsns = np.array(lsns, np.int64)
-    table = pa.table({"lsn": lsns, "data": arr})
+    lsn_arr = np.array(lsns, np.int64)
+    table = pa.table({"lsn": lsn_arr, "data": arr})
     with pa.OSFile(ipc + ".tmp", "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
     os.replace(ipc + ".tmp", ipc)
-    return lsns, arr
+    return lsn_arr, arr
 
 
 if __name__ == "__main__":

@@ -1,0 +1,127 @@
+"""Type stub of the compiled core ``pgoutput_fast._native`` (built from ``src/*.pxi``).
+
+tests/test_typing.py checks it against the built module with ``mypy.stubtest``: a
+change to a ``def``, ``cdef class`` or ``cpdef`` in ``src/`` must be mirrored here.
+Most code should use the package API (``pgoutput_fast.decode_message``,
+``pgoutput_fast.Decoder``) rather than this module.
+"""
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy.typing as npt
+import pyarrow as pa
+from typing_extensions import Buffer, TypeAlias
+
+from .catalog import RelationCatalog, RelationVersion
+from .errors import DecodeError as DecodeError
+from .types import ColumnType
+
+# One TupleData value for the value-parser entry points: None (SQL NULL) or
+# (format, data) with format "t" (text) or "b" (binary).
+_TupleValue: TypeAlias = tuple[str, Buffer] | None
+# (message, lsn, commit_lsn, commit_ts, xid, origin): the fields of
+# pgoutput_fast.LogicalMessageEvent.
+_MessageEvent: TypeAlias = tuple[Any, int, int | None, int | None, int | None, str | None]
+
+#: Schema of the change-event table (ChangeSet.events).
+EVENT_SCHEMA: pa.Schema
+#: Value kind numbers as compiled in (tests compare them with pgoutput_fast.types).
+KIND_NUMBERS: dict[str, int]
+
+# -- messages.pxi ----------------------------------------------------------------------
+
+def decode_message(data: Buffer, *, in_stream: bool = False) -> Any:
+    """Decode one pgoutput message (bytes-like, starting with its type byte).
+
+    Returns one of the message classes of ``pgoutput_fast.messages`` (built at run time,
+    hence ``Any`` here). Raises DecodeError on bad input.
+    """
+
+# -- builders.pxi ----------------------------------------------------------------------
+
+def set_buffer_cache_limit(nbytes: int) -> None:
+    """Bytes of released output buffers kept for reuse (0 disables; default 256 MiB)."""
+
+def buffer_cache_info() -> dict[str, int]:
+    """``{"blocks": ..., "bytes": ..., "limit": ...}`` of the output buffer cache."""
+
+class NativeBuffer:
+    """malloc'd memory exposed through the buffer protocol (wrapped by pa.py_buffer)."""
+
+# -- values_api.pxi / format_text.pxi -----------------------------------------------------
+
+def kind_layouts() -> dict[int, tuple[int, int]]:
+    """``{kind: (layout, fixed_width)}`` as the builders see them (for tests)."""
+
+def parse_values(column_type: ColumnType, values: Iterable[_TupleValue]) -> tuple[pa.Array, list[int]]:
+    """TupleData values of one column -> (Arrow array, rows with no Arrow form)."""
+
+def bench_parse(column_type: ColumnType, values: Sequence[tuple[str, Buffer]], repeat: int = 1) -> tuple[float, int]:
+    """Time the C parsers alone: (seconds, input bytes parsed). A tuning tool, not an API."""
+
+def format_binary_values(column_type: ColumnType, values: Iterable[Buffer | None]) -> list[str | None]:
+    """PostgreSQL text form of each binary value of one column (None stays None)."""
+
+# -- decoder.pxi -------------------------------------------------------------------------
+
+class RelBuilders:
+    """Typed column builders of one relation version (internal to DecoderCore)."""
+
+    @property
+    def version(self) -> RelationVersion: ...
+    @property
+    def id(self) -> int: ...
+
+class Spool:
+    """Raw messages of a pending (streamed or prepared) transaction, spilling to disk."""
+
+    origin: int
+    xid: int | None
+    gid: str | None
+    prepare_end_lsn: int | None
+    prepare_ts: int | None
+    def size(self) -> int:
+        """Bytes spooled (in memory and spilled)."""
+    def chunks(self, chunk: int = ...) -> Iterator[bytes]: ...
+
+class DecoderCore:
+    """Native decoder state machine; pgoutput_fast.Decoder is the API around it."""
+
+    catalog: RelationCatalog
+    want_events: bool
+    want_tables: bool
+    binary_unknown: bool
+    max_pending_bytes: int
+    spill_dir: str | os.PathLike[str] | None
+    origins: list[str]
+    names: list[str]
+    def __init__(
+        self,
+        catalog: RelationCatalog,
+        *,
+        events: bool = True,
+        tables: bool = True,
+        binary_unknown: bool | None = None,
+        max_pending_bytes: int = ...,
+        spill_dir: str | os.PathLike[str] | None = None,
+    ) -> None: ...
+    def feed(self, refs_owner: object, nrefs: int, refs_addr: int) -> None:
+        """Decode ``nrefs`` messages of a MsgRef array at ``refs_addr`` (MessageBatch.feed_into)."""
+    def export(self) -> tuple[list[tuple[RelationVersion, pa.Table]], pa.Table | None, list[_MessageEvent]]:
+        """(tables: [(RelationVersion, pa.Table)], events: pa.Table | None, messages)."""
+    def pending_summary(self) -> dict[str, Any]:
+        """What is held back: open streams and prepared transactions, the open B..C."""
+
+class MessageBatch:
+    """The messages of one feed() as a C array of (pointer, length, lsn), zero copy."""
+
+    def __len__(self) -> int: ...
+    def add(
+        self,
+        messages: pa.Array | pa.ChunkedArray | Iterable[Buffer],
+        lsn: pa.Array | pa.ChunkedArray | npt.ArrayLike | None = None,
+    ) -> None:
+        """Binary Arrow messages (array or chunked) or bytes-likes, with optional LSNs."""
+    def feed_into(self, core: DecoderCore) -> None: ...
