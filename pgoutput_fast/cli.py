@@ -137,6 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     demo.add_arguments(pm)
     pm.set_defaults(func=demo.run)
+    from .capture import cli as capture_cli
+
+    pc = sub.add_parser("capture", help="replication slot -> durable Parquet segments, exactly once",
+                        description=capture_cli.DESCRIPTION,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    capture_cli.add_arguments(pc)
+    pc.set_defaults(func=capture_cli.run)
     return p
 
 
