@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -72,7 +73,9 @@ def run(args) -> int:
         proto_version=args.proto_version, binary=args.binary, messages=args.messages,
         streaming=args.streaming, two_phase=args.two_phase, origin=args.origin,
         segment_bytes=args.segment_size, segment_seconds=args.segment_seconds,
-        until_lsn=args.until_lsn, progress=args.progress)
+        until_lsn=args.until_lsn, progress=args.progress,
+        # tests: widen the window between a durable checkpoint and its status update
+        ack_delay=float(os.environ.get("PGOUTPUT_FAST_CAPTURE_ACK_DELAY", "0") or 0))
     stop = threading.Event()
 
     def on_signal(signum, frame):

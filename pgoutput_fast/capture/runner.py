@@ -3,6 +3,7 @@ durable in a writer thread, confirm the flush position, resume after crashes."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import sys
@@ -27,7 +28,7 @@ class CaptureConfig:
                  two_phase=False, origin=None, segment_bytes=64 << 20, segment_seconds=10.0,
                  chunk_bytes=8 << 20, until_lsn=None, progress="auto", log_interval=10.0,
                  max_backoff=30.0, max_reconnects=None, stop_timeout=60.0, write_delay=0.0,
-                 compression="zstd"):
+                 compression="zstd", ack_delay=0.0):
         self.dsn = dsn
         self.slot = slot
         self.publication = publication
@@ -50,6 +51,9 @@ class CaptureConfig:
         self.stop_timeout = stop_timeout
         self.write_delay = write_delay
         self.compression = compression
+        #: tests only: confirm a durable position this many seconds late (widens the
+        #: window "checkpoint written, status update not sent" that a crash can hit)
+        self.ack_delay = ack_delay
 
 
 class CaptureResult:
@@ -248,14 +252,20 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
         seg_bytes = seg_messages = 0
         seg_started = time.monotonic()
 
-    def collect_durable():
+    held = collections.deque()   # (time durable, lsn): only with cfg.ack_delay (tests)
+
+    def collect_durable(final=False):
         d = writer.take_durable()
         result.segments = seg_base + writer.segments_written
         if d is not None:
-            if d.durable_lsn > stream.flush_lsn:
-                stream.set_flush(d.durable_lsn)
-                stream.send_status()
-            result.flush_lsn = stream.flush_lsn
+            held.append((time.monotonic(), d.durable_lsn))
+        lsn = None
+        while held and (final or time.monotonic() - held[0][0] >= cfg.ack_delay):
+            lsn = held.popleft()[1]
+        if lsn is not None and lsn > stream.flush_lsn:
+            stream.set_flush(lsn)
+            stream.send_status()
+        result.flush_lsn = stream.flush_lsn
 
     for msg in synthetic:
         lsns.append(0)
@@ -297,7 +307,8 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
                 close_segment()
             collect_durable()
             result.skipped = tracker.skipped
-            idle = not seg_messages and writer.idle() and tracker.at_boundary and not tracker.skipping
+            idle = (not seg_messages and writer.idle() and tracker.at_boundary
+                    and not tracker.skipping and not held)
             if idle and stream.server_wal_end > stream.flush_lsn:
                 # everything received is durable: confirm the server's position, so that
                 # skipped empty transactions do not cause a keepalive storm (§1.3)
@@ -328,10 +339,9 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
         except BaseException:
             pass
         writer.finish(timeout=60)
-        collect_durable()
         raise
     writer.finish(timeout=None)
-    collect_durable()
+    collect_durable(final=True)
     try:
         stream.send_status()
     except ConnectionLost:
