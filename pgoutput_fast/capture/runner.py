@@ -19,6 +19,11 @@ from .stream import CaptureError, ConnectionLost, ReplicationStream, choose_opti
 
 __all__ = ["CaptureConfig", "CaptureResult", "run_capture"]
 
+#: message types that only occur inside B..C, b..P or S..E (Origin, Relation and Type
+#: too, except the Relation/Type the resume filter keeps from a dropped duplicate,
+#: which it emits itself)
+_INSIDE = frozenset(b"IUDTORY")
+
 
 class CaptureConfig:
     """Everything ``run_capture`` needs (the CLI flags, one to one)."""
@@ -218,6 +223,7 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
                                      "server_version_num": stream.version_num})
     seq = state.last_segment + 1
     seg_base = result.segments
+    huge_chunk = 4 * cfg.chunk_bytes
     next_ordinal = state.next_ordinal
     lsns, datas = [], []
     chunk_bytes = 0
@@ -238,6 +244,8 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
         arrays = [pa.array(lsns, pa.int64()), pa.array(datas, pa.binary()),
                   pa.array(range(next_ordinal, next_ordinal + n), pa.int64())]
         next_ordinal += n
+        result.messages += n
+        result.bytes += chunk_bytes
         writer.append(seq, arrays, keepalive=serve)
         lsns, datas = [], []
         chunk_bytes = 0
@@ -283,6 +291,17 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
             due_by_time = seg_messages and time.monotonic() - seg_started >= cfg.segment_seconds
             process = tracker.process
             for lsn, data in batch:
+                if data[0] in _INSIDE and not tracker.skipping:
+                    # a change inside a transaction or block: no cut point, nothing to track
+                    lsns.append(lsn)
+                    datas.append(data)
+                    n = len(data)
+                    chunk_bytes += n
+                    seg_bytes += n
+                    seg_messages += 1
+                    if chunk_bytes >= huge_chunk:
+                        flush_chunk()     # a huge transaction: bounded memory, segment stays open
+                    continue
                 keep = process(lsn, data)
                 if keep is None:
                     continue
@@ -292,18 +311,17 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
                 chunk_bytes += n
                 seg_bytes += n
                 seg_messages += 1
-                result.messages += 1
-                result.bytes += n
                 if not (tracker.in_txn or tracker.in_block):
                     if seg_bytes >= cfg.segment_bytes or due_by_time:
                         close_segment()
                         due_by_time = False
                     elif chunk_bytes >= cfg.chunk_bytes:
                         flush_chunk()
-                elif chunk_bytes >= 4 * cfg.chunk_bytes:
-                    flush_chunk()     # a huge transaction: bounded memory, segment stays open
+                elif chunk_bytes >= huge_chunk:
+                    flush_chunk()
             if not batch and seg_messages and tracker.at_boundary and (
-                    due_by_time or stop_event.is_set()):
+                    due_by_time or stop_event.is_set()
+                    or (cfg.until_lsn is not None and stream.server_wal_end >= cfg.until_lsn)):
                 close_segment()
             collect_durable()
             result.skipped = tracker.skipped

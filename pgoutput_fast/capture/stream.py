@@ -186,6 +186,8 @@ def _load_libpq(psycopg2_module):
 
 
 _LIBPQ = None
+# ctypes.string_at without its Python wrapper frame (one call per message)
+_string_at = ctypes.CFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_size_t)(ctypes._string_at_addr)
 
 
 def now_pg_us() -> int:
@@ -300,6 +302,7 @@ class ReplicationStream:
             raise CaptureError(f"START_REPLICATION failed: {str(exc).strip()}") from None
         self._cursor = cur
         self._pgconn = ctypes.c_void_p(self.conn.pgconn_ptr)
+        self._ref = ctypes.byref(self._buf)
         self._lib.PQsetnonblocking(self._pgconn, 1)
         self._sock = self._lib.PQsocket(self._pgconn)
         self.last_status = time.monotonic()
@@ -343,29 +346,33 @@ class ReplicationStream:
         if out is None:
             out = []
         n0 = len(out)
-        string_at = ctypes.string_at
+        getcopy, freemem, ref = lib.PQgetCopyData, lib.PQfreemem, self._ref
+        string_at = _string_at
         unpack_x = _XLOG_HEAD.unpack_from
+        append = out.append
         waited = False
+        wal_end_max = self.server_wal_end
         while len(out) - n0 < max_messages:
-            n = lib.PQgetCopyData(pg, ctypes.byref(buf), 1)
+            n = getcopy(pg, ref, 1)
             if n > 0:
                 raw = string_at(buf.value, n)
-                lib.PQfreemem(buf)
+                freemem(buf)
                 t = raw[0]
-                if t == 0x77:  # 'w' XLogData
+                if t == 0x77:  # 'w' XLogData (dataStart == walEnd in logical mode, §1.3)
                     start, wal_end, _send = unpack_x(raw, 1)
-                    out.append((start, raw[25:]))
-                    if wal_end > self.server_wal_end:
-                        self.server_wal_end = wal_end
+                    append((start, raw[25:]))
+                    if wal_end > wal_end_max:
+                        wal_end_max = wal_end
                 elif t == 0x6B:  # 'k' keepalive
                     wal_end, _send, reply = _KEEPALIVE.unpack_from(raw, 1)
                     self.keepalives += 1
-                    if wal_end > self.server_wal_end:
-                        self.server_wal_end = wal_end
-                    self.on_keepalive(wal_end)
+                    if wal_end > wal_end_max:
+                        wal_end_max = wal_end
+                    self.server_wal_end = wal_end_max
                     if reply:
                         self.send_status()
                 continue
+            self.server_wal_end = wal_end_max
             if n == 0:
                 if len(out) > n0 or waited:
                     break
@@ -378,11 +385,9 @@ class ReplicationStream:
             if n == -1:
                 raise ConnectionLost(self._end_message())
             raise self._error("reading from the server")
+        self.server_wal_end = wal_end_max
         self.maybe_status()
         return out
-
-    def on_keepalive(self, wal_end):
-        """Hook: the capture loop decides whether an idle flush can move to ``wal_end``."""
 
     def _end_message(self):
         msg = self._lib.PQerrorMessage(self._pgconn) or b""
