@@ -450,3 +450,74 @@ def test_tracker_drops_resent_units_and_resets_open_streams():
     assert kept[8:12] == [None, rel, None, None]       # a durable stream commit: dropped
     assert kept[12:] == again[12:]
     assert tr2.state.durable_lsn == 320
+
+
+@pytest.mark.postgres
+def test_reconnect_after_walsender_terminated(pg_server, tmp_path):
+    """The server drops the connection (pg_terminate_backend): reconnect, nothing lost."""
+    _need_server()
+    conn = pg_server.connect()
+    workload._exec(conn, "DROP SCHEMA IF EXISTS pgo_rc CASCADE")
+    workload._exec(conn, "CREATE SCHEMA pgo_rc")
+    workload._exec(conn, "CREATE TABLE pgo_rc.t (id int PRIMARY KEY)")
+    out = str(tmp_path / "cap")
+    stop = threading.Event()
+    box = {}
+    # --create-slot path: makes the publication (FOR ALL TABLES) and the slot
+    cfg = CaptureConfig(pg_server.dsn(), "rc_slot", "pgo_rc_pub", out, create_slot=True,
+                        segment_seconds=0.1, progress="off")
+
+    def target():
+        try:
+            box["result"] = capture.run_capture(cfg, stop)
+        except BaseException as exc:
+            box["error"] = exc
+
+    th = threading.Thread(target=target)
+    th.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not _walsender_pid(conn, "rc_slot"):
+            assert time.monotonic() < deadline and th.is_alive(), box
+            time.sleep(0.05)
+        for i in range(6):
+            workload._exec(conn, "INSERT INTO pgo_rc.t VALUES (%s)", (i,))
+            if i % 2:
+                pid = _walsender_pid(conn, "rc_slot")
+                if pid:
+                    workload._exec(conn, "SELECT pg_terminate_backend(%s)", (pid,))
+            time.sleep(0.4)
+        end = sqlcapture.wait_for_wal_flush(conn)
+        deadline = time.monotonic() + 30
+        while capture.load_state(out) is None or capture.load_state(out).durable_lsn < end - 1000:
+            ids = sorted(i for cs in _decode_dir(out)[0] if "pgo_rc.t" in cs.tables
+                         for i in cs.tables["pgo_rc.t"].column("id").to_pylist())
+            if ids == list(range(6)) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        th.join(60)
+    assert "error" not in box, box.get("error")
+    assert box["result"].reconnects >= 1, box["result"]
+    ids = [i for cs in _decode_dir(out)[0] if "pgo_rc.t" in cs.tables
+           for i in cs.tables["pgo_rc.t"].column("id").to_pylist()]
+    assert ids == list(range(6))
+    workload.drop_slot(conn, "rc_slot")
+    workload._exec(conn, "DROP PUBLICATION IF EXISTS pgo_rc_pub")
+    workload._exec(conn, "DROP SCHEMA pgo_rc CASCADE")
+    conn.close()
+
+
+def test_choose_options():
+    ch = capture.choose_options
+    o = ch(150018, "pub", binary=True, messages=True, streaming="on", two_phase=True)
+    assert o.proto_version == 3
+    assert o.command("s") == ("START_REPLICATION SLOT \"s\" LOGICAL 0/0 (\"proto_version\" '3', "
+                              "\"publication_names\" 'pub', \"binary\" 'true', \"messages\" 'true', "
+                              "\"streaming\" 'on', \"two_phase\" 'on')")
+    assert ch(160000, "p").proto_version == 4 and ch(140000, "p").proto_version == 2
+    for bad in (dict(proto_version="4"), dict(streaming="parallel"), dict(origin="none"),
+                dict(proto_version="1", streaming="on"), dict(proto_version="2", two_phase=True)):
+        with pytest.raises(capture.CaptureError):
+            ch(150000, "p", **bad)
