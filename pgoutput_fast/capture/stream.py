@@ -180,6 +180,12 @@ def _load_libpq(psycopg2_module):
     lib.PQsocket.restype = ctypes.c_int
     lib.PQerrorMessage.argtypes = [ctypes.c_void_p]
     lib.PQerrorMessage.restype = ctypes.c_char_p
+    lib.PQgetResult.argtypes = [ctypes.c_void_p]
+    lib.PQgetResult.restype = ctypes.c_void_p
+    lib.PQresultErrorMessage.argtypes = [ctypes.c_void_p]
+    lib.PQresultErrorMessage.restype = ctypes.c_char_p
+    lib.PQclear.argtypes = [ctypes.c_void_p]
+    lib.PQclear.restype = None
     lib.PQsetnonblocking.argtypes = [ctypes.c_void_p, ctypes.c_int]
     lib.PQsetnonblocking.restype = ctypes.c_int
     return lib
@@ -390,8 +396,17 @@ class ReplicationStream:
         return out
 
     def _end_message(self):
-        msg = self._lib.PQerrorMessage(self._pgconn) or b""
-        return "replication stream ended: " + (msg.decode("utf-8", "replace").strip() or "COPY done")
+        """The COPY ended: the server's ERROR (e.g. a publication that does not exist at
+        the slot's position, PROTOCOL.md §1.2) is in the next result."""
+        lib, pg = self._lib, self._pgconn
+        text = ""
+        res = lib.PQgetResult(pg)
+        if res:
+            text = (lib.PQresultErrorMessage(res) or b"").decode("utf-8", "replace").strip()
+            lib.PQclear(res)
+        if not text:
+            text = (lib.PQerrorMessage(pg) or b"").decode("utf-8", "replace").strip()
+        return "replication stream ended: " + (text or "COPY done")
 
     def stop(self):
         """Best-effort CopyDone and close (the slot keeps what was confirmed)."""
