@@ -144,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     bench.add_arguments(pb)
     pb.set_defaults(func=bench.run)
+    from .capture import cli as capture_cli
+
+    pc = sub.add_parser("capture", help="replication slot -> durable Parquet segments, exactly once",
+                        description=capture_cli.DESCRIPTION,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    capture_cli.add_arguments(pc)
+    pc.set_defaults(func=capture_cli.run)
     return p
 
 

@@ -1,0 +1,111 @@
+"""Capture throughput: ``pgoutput_fast.capture`` vs ``pg_recvlogical -f /dev/null``.
+
+One private PostgreSQL, one workload (ROWS inserts of ~120-byte rows in transactions of
+1000, plus updates), captured in binary mode with the server's highest protocol from
+fresh slots created before the workload, so every round reads the same WAL:
+
+* ``pg_recvlogical``: PostgreSQL's own client writing to /dev/null (no durability);
+* ``capture``: segments written as Parquet (zstd), fsynced, renamed, checkpointed,
+  acknowledged (``run_capture(until_lsn=end)``).
+
+Run: ``pytest benchmarks/bench_capture.py --benchmark-only`` (PGOUTPUT_FAST_CAPTURE_ROWS
+sets the size, default 300000).
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from benchutil import record
+
+ROWS = int(os.environ.get("PGOUTPUT_FAST_CAPTURE_ROWS", "300000"))
+ROUNDS = 3
+_medians = {}
+
+
+@pytest.fixture(scope="module")
+def server():
+    from pgoutput_fast.testing.postgres import PostgresServer, find_bindir
+    from pgoutput_fast.testing import sqlcapture, workload
+
+    if find_bindir(required=False) is None:
+        pytest.skip("no PostgreSQL server binaries")
+    pg = PostgresServer(extra_conf={"logical_decoding_work_mem": "64MB"})
+    pg.start()
+    conn = pg.connect()
+    workload._exec(conn, "CREATE TABLE bench (id int PRIMARY KEY, a int8, b text, c timestamptz, d float8)")
+    workload._exec(conn, "CREATE PUBLICATION bench_pub FOR TABLE bench")
+    slots = {f"{tool}{i}" for tool in ("cap", "recv") for i in range(ROUNDS + 1)}
+    for s in sorted(slots):
+        workload.create_slot(conn, s)
+    for lo in range(0, ROWS, 1000):
+        workload._exec(conn, "INSERT INTO bench SELECT g, g * 7, md5(g::text) || md5((g+1)::text), "
+                             "now(), g / 3.0 FROM generate_series(%s, %s) g", (lo, lo + 999))
+    for lo in range(0, ROWS // 5, 1000):
+        workload._exec(conn, "UPDATE bench SET a = a + 1 WHERE id >= %s AND id < %s", (lo, lo + 1000))
+    end = sqlcapture.wait_for_wal_flush(conn)
+    yield {"pg": pg, "end": end, "conn": conn, "slots": slots}
+    conn.close()
+    pg.stop()
+
+
+def _proto(pg):
+    from pgoutput_fast.capture import max_protocol
+
+    return max_protocol(pg.version_num)
+
+
+def _next_slot(server, tool):
+    s = sorted(x for x in server["slots"] if x.startswith(tool))[0]
+    server["slots"].discard(s)
+    return s
+
+
+@pytest.mark.benchmark(group="capture")
+def test_pg_recvlogical_devnull(benchmark, server):
+    from pgoutput_fast.testing.sqlcapture import text_lsn
+
+    pg = server["pg"]
+    tool = os.path.join(pg.bindir, "pg_recvlogical")
+
+    def run():
+        slot = _next_slot(server, "recv")
+        subprocess.run([tool, "-d", pg.dsn(), "--slot", slot, "--start", "-f", "/dev/null",
+                        "--no-loop", "-E", text_lsn(server["end"]), "-o", f"proto_version={_proto(pg)}",
+                        "-o", "publication_names=bench_pub", "-o", "binary=true"],
+                       check=True, capture_output=True, timeout=600)
+
+    benchmark.pedantic(run, rounds=ROUNDS, iterations=1, warmup_rounds=0)
+    _medians["recv"] = benchmark.stats.stats.median
+    record(benchmark, "capture: pg_recvlogical -> /dev/null", rows=ROWS * 6 // 5)
+
+
+@pytest.mark.benchmark(group="capture")
+def test_capture_segments(benchmark, server):
+    from pgoutput_fast.capture import CaptureConfig, read_segments, run_capture
+
+    pg = server["pg"]
+    results = []
+
+    def run():
+        slot = _next_slot(server, "cap")
+        out = tempfile.mkdtemp(prefix="pgoutput_fast_bench_capture_")
+        try:
+            r = run_capture(CaptureConfig(pg.dsn(), slot, "bench_pub", out, binary=True,
+                                          until_lsn=server["end"], progress="off"))
+            results.append((r, read_segments(out, columns=("ordinal",)).num_rows))
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+
+    benchmark.pedantic(run, rounds=ROUNDS, iterations=1, warmup_rounds=0)
+    r, n = results[-1]
+    recv = _medians.get("recv")
+    if recv:
+        benchmark.extra_info["vs pg_recvlogical"] = round(recv / benchmark.stats.stats.median, 2)
+    assert n == r.messages > ROWS
+    record(benchmark, "capture: pgoutput_fast.capture -> Parquet segments", rows=ROWS * 6 // 5,
+           messages=r.messages, bytes=r.bytes, baseline="capture: pg_recvlogical -> /dev/null")

@@ -1,0 +1,60 @@
+"""Capture from a live replication slot into durable Parquet segments, exactly once.
+
+``pgoutput-fast capture --dsn DSN --slot NAME --publication NAME --out DIR`` (or
+``run_capture(CaptureConfig(...))``) reads ``START_REPLICATION ... LOGICAL`` and writes
+segment files with the columns ``lsn`` (XLogData dataStart), ``data`` (one pgoutput
+message) and ``ordinal`` (the message's position in the whole capture). Feed the
+segments, in order, to one ``pgoutput_fast.Decoder``: ``read_segments(dir)`` /
+``iter_segments(dir)``.
+
+How a transaction is neither lost nor duplicated
+------------------------------------------------
+
+* **Cuts.** A segment ends only outside ``B…C``, ``b…P`` and ``S…E``. It is written
+  to a temp name in a writer thread, fsynced, renamed, the directory fsynced; then
+  ``checkpoint.json`` is replaced the same way. Only a segment the checkpoint lists
+  exists; anything else is removed on start.
+* **Acknowledgement.** The flush position sent is the checkpoint's ``durable_lsn``: the
+  highest end LSN of a transaction outcome in a durable segment (Commit, Stream Commit,
+  Prepare, Stream Prepare, Commit/Rollback Prepared ``end_lsn``) or a durable
+  non-transactional Message's LSN. Never a message's dataStart (it is not unique, and
+  is 0/0 for Relation/Type), and never on receipt. When everything received is durable,
+  the keepalive's walEnd is confirmed instead (no keepalive storm over skipped empty
+  transactions). psycopg2 opens the connection, but the CopyData traffic is read and
+  answered here (``stream.py`` says why: psycopg2's own keepalive handling can confirm
+  received, non-durable data).
+* **What the server sends again** (PROTOCOL.md §1.4). Decoding restarts at the slot's
+  ``restart_lsn``; a transaction is sent again if its commit record starts at or after
+  ``confirmed_flush_lsn``, which can be behind ``durable_lsn`` (a crash between the
+  checkpoint and the status update). On resume the tracker drops these duplicates:
+  a ``B…C`` whose ``final_lsn`` < ``durable_lsn``; Commit/Rollback Prepared with end
+  ≤ ``durable_lsn``; a ``b…P`` whose (GID, prepare end) is in a durable segment (a
+  ``b…P`` that PostgreSQL replays just before its Commit Prepared is *not* dropped when
+  it is new); every block, Stream Commit/Prepare/Abort of an xid whose Stream Commit or
+  Prepare is durable; a non-transactional Message at or below ``durable_lsn``. Relation
+  and Type messages inside a dropped unit are kept (outside any transaction): the server
+  does not send them again in that session and later transactions rely on them.
+* **Streamed transactions still open** at the end of the durable segments: the flush
+  position may pass their start (``restart_lsn`` stays before their first change, so
+  the server decodes them again from the start). Their earlier blocks stay in the
+  durable segments, and the first thing written after a resume is a Stream Abort
+  ``A(xid, xid)`` for each of them (as the server itself sends for a transaction
+  aborted by a crash): the decoder drops the old blocks, and the new
+  ``first_segment`` blocks (or an ordinary ``B…C``) carry the whole transaction.
+* **Prepared transactions** whose ``b…P`` is durable are not sent again once the slot
+  confirmed past the prepare; the decoder holds them by GID across segments until
+  ``K``/``r``.
+
+The checkpoint keeps the few xids/GIDs the filter needs; entries the slot has confirmed
+past are dropped at each start.
+"""
+
+from .segments import (SEGMENT_SCHEMA, CaptureState, TransactionTracker, iter_segments,
+                       load_state, read_segments, segment_paths)
+from .stream import CaptureError, ReplicationOptions, choose_options, max_protocol
+from .runner import CaptureConfig, CaptureResult, run_capture
+
+__all__ = ["run_capture", "CaptureConfig", "CaptureResult", "CaptureError", "read_segments",
+           "iter_segments", "segment_paths", "load_state", "CaptureState",
+           "TransactionTracker", "SEGMENT_SCHEMA", "ReplicationOptions", "choose_options",
+           "max_protocol"]

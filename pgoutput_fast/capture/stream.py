@@ -1,0 +1,424 @@
+"""The walsender connection: options from the server version, START_REPLICATION, and
+the CopyData traffic (XLogData in, keepalives answered, standby status updates out).
+
+psycopg2 (``LogicalReplicationConnection``) opens the connection: DSN parsing, TLS,
+authentication, ``replication=database``. The CopyData traffic after
+``START_REPLICATION`` goes through libpq directly (``PQgetCopyData`` /
+``PQputCopyData`` on ``connection.pgconn_ptr``, via ctypes), not through
+``ReplicationCursor.read_message``. The reason is correctness, not speed:
+psycopg2 answers keepalives itself and, when the last XLogData's ``dataStart`` is at
+or below the last flush position the client confirmed (true after every Relation,
+Type or Begin-before-Origin message, whose ``dataStart`` is 0/0, and after any change
+of a transaction interleaved in WAL), it moves its own ``flush_lsn`` up to the
+keepalive's ``walEnd`` and sends that. The slot would then confirm transactions that
+were received but not yet written to a durable segment, and a crash would lose them.
+Here the only flush position ever sent is one the caller passes in.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import select
+import struct
+import time
+from typing import Any
+
+from ..lsn import format_lsn
+
+__all__ = ["ReplicationOptions", "ReplicationStream", "choose_options", "SESSION_SETTINGS",
+           "max_protocol", "CaptureError"]
+
+#: Settings the text form of values depends on (PROTOCOL.md §4.1), set on the session.
+SESSION_SETTINGS = (
+    ("DateStyle", "ISO"),
+    ("IntervalStyle", "postgres"),
+    ("extra_float_digits", "3"),
+    ("TimeZone", "UTC"),
+    ("client_encoding", "UTF8"),
+    ("bytea_output", "hex"),
+)
+
+PG_EPOCH_UNIX_US = 946_684_800_000_000
+_XLOG_HEAD = struct.Struct(">QQq")       # dataStart, walEnd, sendTime (after the 'w')
+_KEEPALIVE = struct.Struct(">Qq?")       # walEnd, sendTime, replyRequested (after the 'k')
+_STATUS = struct.Struct(">cQQQq?")
+
+
+class CaptureError(RuntimeError):
+    """A problem the user has to fix (bad options, missing slot, wrong server)."""
+
+
+def max_protocol(version_num: int) -> int:
+    """Highest pgoutput ``proto_version`` a server accepts (PROTOCOL.md §0.3)."""
+    if version_num >= 160000:
+        return 4
+    if version_num >= 150000:
+        return 3
+    if version_num >= 140000:
+        return 2
+    return 1
+
+
+class ReplicationOptions:
+    """The pgoutput options of ``START_REPLICATION`` (PROTOCOL.md §1.2), validated."""
+
+    __slots__ = ("proto_version", "publication_names", "binary", "messages", "streaming",
+                 "two_phase", "origin")
+
+    def __init__(self, proto_version, publication_names, binary=False, messages=False,
+                 streaming=None, two_phase=False, origin=None):
+        self.proto_version = proto_version
+        self.publication_names = publication_names
+        self.binary = binary
+        self.messages = messages
+        self.streaming = streaming      # None (not sent), "on", "off", "parallel"
+        self.two_phase = two_phase
+        self.origin = origin            # None, "any", "none"
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def pairs(self) -> list:
+        out = [("proto_version", str(self.proto_version)),
+               ("publication_names", self.publication_names)]
+        if self.binary:
+            out.append(("binary", "true"))
+        if self.messages:
+            out.append(("messages", "true"))
+        if self.streaming is not None:
+            out.append(("streaming", self.streaming))
+        if self.two_phase:
+            out.append(("two_phase", "on"))
+        if self.origin is not None:
+            out.append(("origin", self.origin))
+        return out
+
+    def command(self, slot: str, start_lsn: int = 0) -> str:
+        opts = ", ".join(f'"{k}" {_quote_literal(v)}' for k, v in self.pairs())
+        return f"START_REPLICATION SLOT {_quote_ident(slot)} LOGICAL {format_lsn(start_lsn)} ({opts})"
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _quote_literal(value: str) -> str:
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def choose_options(version_num, publication, *, proto_version="auto", binary=False,
+                   messages=False, streaming=None, two_phase=False, origin=None):
+    """``ReplicationOptions`` for a server version and the user's flags.
+
+    ``proto_version="auto"`` picks the highest the server supports, capped to what the
+    other flags need: streaming needs 2, two-phase 3, ``streaming="parallel"`` 4.
+    Flags the server cannot honour raise ``CaptureError`` (unknown options are a hard
+    error on the server anyway: PROTOCOL.md §1.2).
+    """
+    top = max_protocol(version_num)
+    if proto_version in (None, "auto"):
+        proto = top
+    else:
+        proto = int(proto_version)
+        if not 1 <= proto <= top:
+            raise CaptureError(f"proto_version {proto}: this server (version_num {version_num}) "
+                               f"supports 1..{top}")
+    if isinstance(streaming, bool):
+        streaming = "on" if streaming else "off"
+    if streaming == "parallel" and proto < 4:
+        raise CaptureError("--streaming parallel needs protocol 4 (PostgreSQL 16+)")
+    if streaming == "on" and proto < 2:
+        raise CaptureError("--streaming on needs protocol 2 or later (PostgreSQL 14+)")
+    if two_phase and proto < 3:
+        raise CaptureError("--two-phase needs protocol 3 or later (PostgreSQL 15+)")
+    if (binary or messages) and version_num < 140000:
+        raise CaptureError("--binary and --messages need PostgreSQL 14+")
+    if origin is not None and version_num < 160000:
+        raise CaptureError("--origin needs PostgreSQL 16+")
+    if streaming == "off":
+        streaming = None if version_num < 140000 else "off"
+    return ReplicationOptions(proto, publication, binary=bool(binary), messages=bool(messages),
+                              streaming=streaming, two_phase=bool(two_phase), origin=origin)
+
+
+def _load_libpq(psycopg2_module):
+    """The libpq that psycopg2 itself is linked with (the PGconn must stay in one libpq)."""
+    import psycopg2._psycopg as ext  # noqa: F401  (loads libpq into the process)
+
+    candidates = []
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                path = line.split()[-1] if line.strip() else ""
+                if "/libpq" in path and path not in candidates:
+                    candidates.append(path)
+    except OSError:
+        pass
+    found = ctypes.util.find_library("pq")
+    if found:
+        candidates.append(found)
+    for path in candidates:
+        try:
+            lib = ctypes.CDLL(path)
+            lib.PQgetCopyData  # noqa: B018
+            break
+        except (OSError, AttributeError):
+            continue
+    else:
+        raise CaptureError("could not find the libpq psycopg2 uses")
+    lib.PQgetCopyData.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+    lib.PQgetCopyData.restype = ctypes.c_int
+    lib.PQputCopyData.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+    lib.PQputCopyData.restype = ctypes.c_int
+    lib.PQflush.argtypes = [ctypes.c_void_p]
+    lib.PQflush.restype = ctypes.c_int
+    lib.PQconsumeInput.argtypes = [ctypes.c_void_p]
+    lib.PQconsumeInput.restype = ctypes.c_int
+    lib.PQfreemem.argtypes = [ctypes.c_void_p]
+    lib.PQfreemem.restype = None
+    lib.PQsocket.argtypes = [ctypes.c_void_p]
+    lib.PQsocket.restype = ctypes.c_int
+    lib.PQerrorMessage.argtypes = [ctypes.c_void_p]
+    lib.PQerrorMessage.restype = ctypes.c_char_p
+    lib.PQgetResult.argtypes = [ctypes.c_void_p]
+    lib.PQgetResult.restype = ctypes.c_void_p
+    lib.PQresultErrorMessage.argtypes = [ctypes.c_void_p]
+    lib.PQresultErrorMessage.restype = ctypes.c_char_p
+    lib.PQclear.argtypes = [ctypes.c_void_p]
+    lib.PQclear.restype = None
+    lib.PQsetnonblocking.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.PQsetnonblocking.restype = ctypes.c_int
+    return lib
+
+
+_LIBPQ = None
+# ctypes.string_at without its Python wrapper frame (one call per message)
+_string_at = ctypes.CFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_size_t)(ctypes._string_at_addr)  # type: ignore[attr-defined]
+
+
+def now_pg_us() -> int:
+    return int(time.time() * 1_000_000) - PG_EPOCH_UNIX_US
+
+
+class ConnectionLost(Exception):
+    """The walsender connection ended (server gone, network, or an ERROR from it)."""
+
+
+class ReplicationStream:
+    """One walsender session. ``open()`` connects and reads the server's facts;
+    ``start()`` issues ``START_REPLICATION``; ``read(timeout)`` returns the XLogData
+    received (list of ``(data_start, payload)``) and answers keepalives with the flush
+    position last set by ``set_flush`` (never more)."""
+
+    def __init__(self, dsn: str, *, application_name="pgoutput-fast-capture"):
+        self.dsn = dsn
+        self.application_name = application_name
+        self.conn: Any = None
+        self.admin: Any = None
+        self.version_num: Any = None
+        self.wal_sender_timeout_ms = 60_000
+        self.flush_lsn = 0        # what we confirm (durable)
+        self.write_lsn = 0        # what we received (informational)
+        self.server_wal_end = 0   # last walEnd seen (keepalive or XLogData)
+        self.keepalives = 0
+        self.replies = 0
+        self.last_status = 0.0
+        self.status_interval = 10.0
+        self._pgconn: Any = None
+        self._buf = ctypes.c_void_p()
+        self._lib: Any = None
+
+    # -- setup -------------------------------------------------------------------------
+    def open(self):
+        import psycopg2
+        from psycopg2.extras import LogicalReplicationConnection
+
+        global _LIBPQ
+        try:
+            self.admin = psycopg2.connect(self.dsn, application_name=self.application_name + "-admin")
+            self.admin.autocommit = True
+            self.conn = psycopg2.connect(self.dsn, connection_factory=LogicalReplicationConnection,
+                                         application_name=self.application_name)
+        except psycopg2.OperationalError as exc:
+            self.close()
+            raise ConnectionLost(str(exc).strip()) from None
+        self.version_num = self.conn.server_version
+        with self.admin.cursor() as cur:
+            cur.execute("SELECT current_setting('wal_level'), "
+                        "(SELECT setting::int FROM pg_settings WHERE name = 'wal_sender_timeout')")
+            wal_level, timeout_ms = cur.fetchone()
+        if wal_level != "logical":
+            raise CaptureError(f"the server runs with wal_level = {wal_level}; logical decoding "
+                               "needs wal_level = logical")
+        self.wal_sender_timeout_ms = timeout_ms or 0
+        # reply well inside the server's timeout even when it does not ask (0 = no timeout)
+        self.status_interval = 10.0 if not timeout_ms else min(10.0, timeout_ms / 1000 / 4)
+        cur = self.conn.cursor()
+        for name, value in SESSION_SETTINGS:
+            cur.execute(f"SET {name} = '{value}'")
+        cur.close()
+        if _LIBPQ is None:
+            _LIBPQ = _load_libpq(psycopg2)
+        self._lib = _LIBPQ
+        return self
+
+    def admin_query(self, sql, params=None):
+        with self.admin.cursor() as cur:
+            cur.execute(sql, params)
+            return cur.fetchall() if cur.description else None
+
+    def slot_info(self, slot):
+        """``(confirmed_flush_lsn, two_phase, plugin, database, active_pid)`` or None."""
+        two_phase = "two_phase" if self.version_num >= 140000 else "false"
+        rows = self.admin_query(
+            f"SELECT confirmed_flush_lsn::text, {two_phase}, plugin, database, active_pid "
+            "FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        if not rows:
+            return None
+        lsn, tp, plugin, db, pid = rows[0]
+        from ..testing.sqlcapture import parse_pg_lsn
+
+        return (parse_pg_lsn(lsn) if lsn else 0), bool(tp), plugin, db, pid
+
+    def create_slot(self, slot, *, two_phase=False):
+        if two_phase:
+            self.admin_query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, true)",
+                             (slot,))
+        else:
+            self.admin_query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+
+    def ensure_publication(self, publication):
+        if not self.admin_query("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)):
+            self.admin_query(f"CREATE PUBLICATION {_quote_ident(publication)} FOR ALL TABLES")
+
+    def current_wal_lsn(self) -> int:
+        from ..testing.sqlcapture import parse_pg_lsn
+
+        return parse_pg_lsn(self.admin_query("SELECT pg_current_wal_lsn()::text")[0][0])
+
+    def start(self, slot, options: ReplicationOptions, start_lsn: int = 0):
+        import psycopg2
+
+        cur = self.conn.cursor()
+        try:
+            cur.start_replication_expert(options.command(slot, start_lsn), decode=False)
+        except psycopg2.OperationalError as exc:
+            raise ConnectionLost(str(exc).strip()) from None
+        except psycopg2.Error as exc:
+            raise CaptureError(f"START_REPLICATION failed: {str(exc).strip()}") from None
+        self._cursor = cur
+        self._pgconn = ctypes.c_void_p(self.conn.pgconn_ptr)
+        self._ref = ctypes.byref(self._buf)
+        self._lib.PQsetnonblocking(self._pgconn, 1)
+        self._sock = self._lib.PQsocket(self._pgconn)
+        self.last_status = time.monotonic()
+
+    # -- traffic -----------------------------------------------------------------------
+    def _error(self, what):
+        msg = self._lib.PQerrorMessage(self._pgconn) or b""
+        return ConnectionLost(f"{what}: {msg.decode('utf-8', 'replace').strip() or 'connection closed'}")
+
+    def set_flush(self, lsn: int):
+        if lsn > self.flush_lsn:
+            self.flush_lsn = lsn
+
+    def send_status(self, reply_requested=False):
+        lib, pg = self._lib, self._pgconn
+        write = max(self.write_lsn, self.flush_lsn)
+        # apply = 0, as pg_recvlogical: for a logical slot only flush matters (§1.3)
+        msg = _STATUS.pack(b"r", write, self.flush_lsn, 0, now_pg_us(), reply_requested)
+        if lib.PQputCopyData(pg, msg, len(msg)) != 1:
+            raise self._error("sending a status update")
+        for _ in range(1000):
+            r = lib.PQflush(pg)
+            if r == 0:
+                break
+            if r < 0:
+                raise self._error("sending a status update")
+            select.select([], [self._sock], [], 0.01)
+        self.last_status = time.monotonic()
+        self.replies += 1
+
+    def maybe_status(self):
+        if time.monotonic() - self.last_status >= self.status_interval:
+            self.send_status()
+
+    def read(self, timeout: float, max_messages: int = 50_000, out=None):
+        """Append received XLogData as ``(data_start, payload)`` to ``out`` (a list);
+        waits up to ``timeout`` seconds for the first one. Keepalives are answered
+        here (immediately when the server asks), status updates are sent every
+        ``status_interval``. Returns ``out``."""
+        lib, pg, buf = self._lib, self._pgconn, self._buf
+        if out is None:
+            out = []
+        n0 = len(out)
+        getcopy, freemem, ref = lib.PQgetCopyData, lib.PQfreemem, self._ref
+        string_at = _string_at
+        unpack_x = _XLOG_HEAD.unpack_from
+        append = out.append
+        waited = False
+        wal_end_max = self.server_wal_end
+        while len(out) - n0 < max_messages:
+            n = getcopy(pg, ref, 1)
+            if n > 0:
+                raw = string_at(buf.value, n)
+                freemem(buf)
+                t = raw[0]
+                if t == 0x77:  # 'w' XLogData (dataStart == walEnd in logical mode, §1.3)
+                    start, wal_end, _send = unpack_x(raw, 1)
+                    append((start, raw[25:]))
+                    if wal_end > wal_end_max:
+                        wal_end_max = wal_end
+                elif t == 0x6B:  # 'k' keepalive
+                    wal_end, _send, reply = _KEEPALIVE.unpack_from(raw, 1)
+                    self.keepalives += 1
+                    if wal_end > wal_end_max:
+                        wal_end_max = wal_end
+                    self.server_wal_end = wal_end_max
+                    if reply:
+                        self.send_status()
+                continue
+            self.server_wal_end = wal_end_max
+            if n == 0:
+                if len(out) > n0 or waited:
+                    break
+                self.maybe_status()
+                r, _, _ = select.select([self._sock], [], [], max(0.0, min(timeout, self.status_interval)))
+                waited = True
+                if lib.PQconsumeInput(pg) != 1:
+                    raise self._error("reading from the server")
+                continue
+            if n == -1:
+                raise ConnectionLost(self._end_message())
+            raise self._error("reading from the server")
+        self.server_wal_end = wal_end_max
+        self.maybe_status()
+        return out
+
+    def _end_message(self):
+        """The COPY ended: the server's ERROR (e.g. a publication that does not exist at
+        the slot's position, PROTOCOL.md §1.2) is in the next result."""
+        lib, pg = self._lib, self._pgconn
+        text = ""
+        res = lib.PQgetResult(pg)
+        if res:
+            text = (lib.PQresultErrorMessage(res) or b"").decode("utf-8", "replace").strip()
+            lib.PQclear(res)
+        if not text:
+            text = (lib.PQerrorMessage(pg) or b"").decode("utf-8", "replace").strip()
+        return "replication stream ended: " + (text or "COPY done")
+
+    def stop(self):
+        """Best-effort CopyDone and close (the slot keeps what was confirmed)."""
+        self.close()
+
+    def close(self):
+        for c in (self.conn, self.admin):
+            if c is not None:
+                try:
+                    c.close()
+                except Exception:
+                    pass
+        self.conn = self.admin = None
+        self._pgconn = None

@@ -1,0 +1,523 @@
+"""``pgoutput_fast.capture`` against a real PostgreSQL (no mocks).
+
+* Round trip: one workload (every type, identities, TOAST, truncates, schema changes,
+  streamed transactions with savepoint rollbacks, aborts, two-phase), captured from one
+  slot per variant (protocol 1..the server's maximum, text and binary), the segments
+  decoded in order and applied to a ``TableImage``: equal to ``SELECT *`` of every table.
+* kill -9: the CLI is killed at random points (>= 20 times) while a workload runs and
+  restarted each time; every committed transaction appears exactly once, in commit
+  order, and nothing aborted or rolled back appears.
+* Keepalives: with ``wal_sender_timeout = 1s`` a capture that is idle, or whose writer
+  thread is stuck for 3 s per segment, is not disconnected.
+* The resume filter on a synthetic stream (no server).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import pgoutput_fast
+from pgoutput_fast import capture
+from pgoutput_fast.capture import CaptureConfig, CaptureState, TransactionTracker
+from pgoutput_fast.testing import sqlcapture, workload
+from pgoutput_fast.testing.postgres import find_bindir
+
+SCHEMA = "pgo_cap"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _need_server():
+    if find_bindir(required=False) is None:
+        pytest.skip("no PostgreSQL server binaries")
+
+
+def _variants():
+    out = []
+    for proto in (1, 2, 3, 4):
+        for binary in (False, True):
+            out.append(pytest.param(proto, binary, id=f"v{proto}-{'binary' if binary else 'text'}"))
+    return out
+
+
+def _slot(proto, binary):
+    return f"cap_v{proto}_{'b' if binary else 't'}"
+
+
+@pytest.fixture(scope="module")
+def world(pg_server):
+    """One workload, one slot per variant (created before it), PostgreSQL's rows after."""
+    from pgoutput_fast.testing.groundtruth import PgCatalog, published_tables, table_truth
+
+    conn = pg_server.connect()
+    pub = workload.create_schema(conn, SCHEMA)
+    top = capture.max_protocol(pg_server.version_num)
+    for proto in range(1, top + 1):
+        for binary in (False, True):
+            workload.create_slot(conn, _slot(proto, binary), two_phase=proto >= 3)
+    workload.run_basic(conn, SCHEMA, seed=3)
+    workload.run_streaming(conn, SCHEMA, rows=3000)
+    workload.run_two_phase(conn, SCHEMA, rows=600)
+    end = sqlcapture.wait_for_wal_flush(conn)
+    with conn.cursor() as cur:
+        cat = PgCatalog(cur)
+        truths = [table_truth(cur, s, t, cat) for s, t in published_tables(cur, pub) if s == SCHEMA]
+    yield {"pub": pub, "end": end, "truths": truths, "top": top, "conn": conn}
+    for proto in range(1, top + 1):
+        for binary in (False, True):
+            workload.drop_slot(conn, _slot(proto, binary))
+    conn.close()
+
+
+def _decode_dir(out):
+    """Segments in order -> one Decoder, fed segment by segment."""
+    dec = pgoutput_fast.Decoder(events=False, tables=True)
+    changesets = []
+    for table in capture.iter_segments(out):
+        changesets.append(dec.feed(table.column("data"), lsn=table.column("lsn")))
+    return changesets, dec
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("proto,binary", _variants())
+def test_capture_roundtrip(world, pg_server, tmp_path, proto, binary):
+    from pgoutput_fast import demo
+
+    if proto > world["top"]:
+        pytest.skip(f"PostgreSQL {pg_server.version} supports protocol 1..{world['top']}")
+    out = str(tmp_path / "cap")
+    cfg = CaptureConfig(pg_server.dsn(), _slot(proto, binary), world["pub"], out,
+                        proto_version=str(proto), binary=binary, messages=True,
+                        streaming="on" if proto >= 2 else None, two_phase=proto >= 3,
+                        until_lsn=world["end"], segment_bytes=64 << 10, segment_seconds=0.2,
+                        progress="off", max_reconnects=0)
+    result = capture.run_capture(cfg)
+    assert result.reconnects == 0 and result.segments >= 2, result
+    table = capture.read_segments(out)
+    assert table.column("ordinal").to_pylist() == list(range(table.num_rows))
+    kinds = set(bytes(d[:1]).decode() for d in table.column("data").to_pylist())
+    if proto >= 2:
+        assert {"S", "E", "c", "A"} <= kinds, kinds
+    if proto >= 3:
+        assert {"b", "P", "K", "r"} <= kinds, kinds
+    # the Parquet file reads back through the existing reader, too
+    from pgoutput_fast.framing import read_capture
+
+    lsns, msgs = read_capture(capture.segment_paths(out)[0])
+    assert msgs and len(msgs) == len(lsns)
+
+    changesets, dec = _decode_dir(out)
+    assert dec.pending()["open_transaction"] is None and not dec.pending()["streams"]
+    img, error, _ = demo.replay(changesets, demo.added_column_defaults(SCHEMA))
+    assert error is None, error
+    results = [demo.compare_with_truth(t, img, binary) for t in world["truths"]]
+    bad = [(r.name, r.problems[:3]) for r in results if not r.ok]
+    assert not bad, bad
+    assert sum(r.right_rows for r in results) > 1000
+
+
+# --------------------------------------------------------------------------------------
+# kill -9
+# --------------------------------------------------------------------------------------
+
+class _Workload(threading.Thread):
+    """Numbered transactions on pgo_kill.t: small, streamed (with a savepoint rolled
+    back), aborted, prepared then committed or rolled back. Records the outcome."""
+
+    def __init__(self, pg, two_phase):
+        super().__init__(daemon=True)
+        self.pg = pg
+        self.two_phase = two_phase
+        self.stop = threading.Event()
+        self.committed = []        # txn numbers, in commit order
+        self.rows = {}             # txn -> number of rows it left
+        self.aborted = []
+        self.error = None
+
+    def run(self):
+        try:
+            self._run()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def _run(self):
+        conn = self.pg.connect()
+        cur = conn.cursor()
+        rng = random.Random(5)
+        i = 0
+        while not self.stop.is_set():
+            i += 1
+            kind = rng.random()
+            if kind < 0.08:   # large: streamed, a savepoint rolled back
+                cur.execute("BEGIN")
+                cur.execute("INSERT INTO pgo_kill.t (txn, k, pad) SELECT %s, g, repeat('x', 50) "
+                            "FROM generate_series(1, 1500) g", (i,))
+                cur.execute("SAVEPOINT s")
+                cur.execute("INSERT INTO pgo_kill.t (txn, k, pad) SELECT %s, g, 'gone' "
+                            "FROM generate_series(10001, 10500) g", (-i,))
+                cur.execute("ROLLBACK TO SAVEPOINT s")
+                cur.execute("COMMIT")
+                self.committed.append(i)
+                self.rows[i] = 1500
+            elif kind < 0.14:  # aborted (sometimes large)
+                n = 2000 if kind < 0.10 else 3
+                cur.execute("BEGIN")
+                cur.execute("INSERT INTO pgo_kill.t (txn, k) SELECT %s, g FROM generate_series(1, %s) g",
+                            (i, n))
+                cur.execute("ROLLBACK")
+                self.aborted.append(i)
+            elif kind < 0.22 and self.two_phase:
+                cur.execute("BEGIN")
+                cur.execute("INSERT INTO pgo_kill.t (txn, k) SELECT %s, g FROM generate_series(1, 4) g", (i,))
+                cur.execute(f"PREPARE TRANSACTION 'k{i}'")
+                if rng.random() < 0.7:
+                    cur.execute(f"COMMIT PREPARED 'k{i}'")
+                    self.committed.append(i)
+                    self.rows[i] = 4
+                else:
+                    cur.execute(f"ROLLBACK PREPARED 'k{i}'")
+                    self.aborted.append(i)
+            else:
+                n = rng.randint(1, 5)
+                cur.execute("BEGIN")
+                cur.execute("INSERT INTO pgo_kill.t (txn, k) SELECT %s, g FROM generate_series(1, %s) g",
+                            (i, n))
+                if rng.random() < 0.3:
+                    cur.execute("SELECT pg_logical_emit_message(false, 'kill', %s)", (str(i),))
+                cur.execute("COMMIT")
+                self.committed.append(i)
+                self.rows[i] = n
+            time.sleep(0.002)
+        conn.close()
+
+
+def _capture_cmd(pg, out, extra=()):
+    return [sys.executable, "-m", "pgoutput_fast", "capture", "--dsn", pg.dsn(), "--slot", "kill_slot",
+            "--publication", "pgo_kill_pub", "--out", out, "--binary", "--messages",
+            "--streaming", "on", "--two-phase", "--segment-size", "16k", "--segment-seconds", "0.05",
+            "--progress", "log", *extra]
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_kill9_exactly_once(pg_server, tmp_path):
+    """>= 20 x kill -9 at random points during a workload: each committed transaction
+    exactly once, in commit order; nothing aborted or rolled back."""
+    _need_server()
+    if os.environ.get("PGOUTPUT_FAST_IMPL") == "python":
+        pytest.skip("capture is implementation-independent; the kill test runs once, "
+                    "under the native implementation")
+    if pg_server.version_num < 150000:
+        pytest.skip("uses two-phase decoding (PostgreSQL 15+)")
+    conn = pg_server.connect()
+    workload._exec(conn, "DROP SCHEMA IF EXISTS pgo_kill CASCADE")
+    workload._exec(conn, "CREATE SCHEMA pgo_kill")
+    workload._exec(conn, "CREATE TABLE pgo_kill.t (id bigserial PRIMARY KEY, txn int, k int, pad text)")
+    workload._exec(conn, "DROP PUBLICATION IF EXISTS pgo_kill_pub")
+    workload._exec(conn, "CREATE PUBLICATION pgo_kill_pub FOR TABLES IN SCHEMA pgo_kill")
+    workload.create_slot(conn, "kill_slot", two_phase=True)
+    out = str(tmp_path / "cap")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    wl = _Workload(pg_server, two_phase=True)
+    rng = random.Random(11)
+    kills = 0
+    logs = []
+    try:
+        wl.start()
+        while kills < 22:
+            # every other run confirms late: a kill then often falls between a durable
+            # checkpoint and its status update, and the server sends durable work again
+            run_env = dict(env, PGOUTPUT_FAST_CAPTURE_ACK_DELAY="0.5" if kills % 2 else "0")
+            p = subprocess.Popen(_capture_cmd(pg_server, out), cwd=ROOT, env=run_env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            time.sleep(rng.uniform(0.4, 1.6))
+            if p.poll() is not None:
+                raise AssertionError(f"capture exited early ({p.returncode}): {p.stderr.read().decode()[-2000:]}")
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            logs.append(p.stderr.read().decode()[-3000:])
+            p.stderr.close()
+            kills += 1
+        wl.stop.set()
+        wl.join(30)
+        assert wl.error is None, wl.error
+        end = sqlcapture.wait_for_wal_flush(conn)
+        # a last run, ended by SIGTERM once everything is in: exit 0
+        p = subprocess.Popen(_capture_cmd(pg_server, out, ["--until-lsn", sqlcapture.text_lsn(end)]),
+                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()[-3000:]
+        # SIGTERM: finish the segment, confirm, exit 0
+        p = subprocess.Popen(_capture_cmd(pg_server, out), cwd=ROOT, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(1.5)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err.decode()[-3000:]
+    finally:
+        wl.stop.set()
+        if wl.is_alive():
+            wl.join(30)
+
+    assert len(wl.committed) > 50, len(wl.committed)
+    seg = capture.read_segments(out)
+    synthetic = sum(1 for lsn, d in zip(seg.column("lsn").to_pylist(), seg.column("data").to_pylist())
+                    if lsn == 0 and d[:1] == b"A")
+    resumed_behind = sum(1 for log in logs for line in log.splitlines()
+                         if '"connected"' in line and _durable_ahead(line))
+    print(f"kill test: {kills} kills, {len(wl.committed)} committed, {len(wl.aborted)} aborted, "
+          f"{seg.num_rows} messages in {capture.load_state(out).last_segment} segments, "
+          f"{synthetic} synthetic stream aborts, {resumed_behind} resumes with the slot behind "
+          "the checkpoint")
+    assert synthetic > 0 and resumed_behind > 0, "the kills did not exercise the resume paths"
+    changesets, dec = _decode_dir(out)
+    rows = [cs.tables["pgo_kill.t"] for cs in changesets if "pgo_kill.t" in cs.tables]
+    import pyarrow as pa
+
+    t = pa.concat_tables(rows, promote_options="permissive")
+    txns = t.column("txn").to_pylist()
+    commit_lsns = t.column("_commit_lsn").to_pylist()
+    seen = {}
+    order = []
+    for txn, clsn in zip(txns, commit_lsns):
+        if txn not in seen:
+            seen[txn] = {clsn: 0}
+            order.append((clsn, txn))
+        seen[txn].setdefault(clsn, 0)
+        seen[txn][clsn] += 1
+    dup = {x: v for x, v in seen.items() if len(v) != 1}
+    assert not dup, f"transactions applied more than once: {list(dup.items())[:5]}"
+    assert not set(seen) & set(wl.aborted), "aborted work appeared"
+    assert all(x > 0 for x in seen), "rows of a rolled-back savepoint appeared"
+    assert sorted(seen) == sorted(wl.committed), (
+        f"missing {sorted(set(wl.committed) - set(seen))[:10]}, "
+        f"extra {sorted(set(seen) - set(wl.committed))[:10]}")
+    assert {x: sum(v.values()) for x, v in seen.items()} == wl.rows
+    # commit order = the workload's order (one session)
+    assert [x for _, x in sorted(order)] == wl.committed
+    assert [x for _, x in order] == wl.committed
+    # the image equals PostgreSQL's table
+    with conn.cursor() as cur:
+        cur.execute("SELECT count(*), count(DISTINCT txn) FROM pgo_kill.t")
+        assert cur.fetchone() == (t.num_rows, len(seen))
+    state = capture.load_state(out)
+    assert state.last_segment > 22
+    workload.drop_slot(conn, "kill_slot")
+    workload._exec(conn, "DROP PUBLICATION IF EXISTS pgo_kill_pub")
+    workload._exec(conn, "DROP SCHEMA IF EXISTS pgo_kill CASCADE")
+    conn.close()
+
+
+# --------------------------------------------------------------------------------------
+# keepalives
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.postgres
+def test_keepalive_idle_and_busy_writer(pg_server, tmp_path):
+    """wal_sender_timeout = 1s: idle for 4 s, and a writer that takes 3 s per segment,
+    and the walsender does not drop us (max_reconnects=0 would raise)."""
+    _need_server()
+    conn = pg_server.connect()
+    workload._exec(conn, "DROP SCHEMA IF EXISTS pgo_ka CASCADE")
+    workload._exec(conn, "CREATE SCHEMA pgo_ka")
+    workload._exec(conn, "CREATE TABLE pgo_ka.t (id int PRIMARY KEY)")
+    workload._exec(conn, "DROP PUBLICATION IF EXISTS pgo_ka_pub")
+    workload._exec(conn, "CREATE PUBLICATION pgo_ka_pub FOR TABLE pgo_ka.t")
+    workload.create_slot(conn, "ka_slot")
+    workload._exec(conn, "ALTER SYSTEM SET wal_sender_timeout = '1s'")
+    workload._exec(conn, "SELECT pg_reload_conf()")
+    out = str(tmp_path / "cap")
+    stop = threading.Event()
+    box = {}
+    cfg = CaptureConfig(pg_server.dsn(), "ka_slot", "pgo_ka_pub", out, segment_seconds=0.1,
+                        progress="off", max_reconnects=0, write_delay=3.0)
+
+    def target():
+        try:
+            box["result"] = capture.run_capture(cfg, stop)
+        except BaseException as exc:
+            box["error"] = exc
+
+    th = threading.Thread(target=target)
+    try:
+        time.sleep(0.3)
+        th.start()
+        time.sleep(4.0)                     # idle
+        pid0 = _walsender_pid(conn, "ka_slot")
+        assert pid0, "capture is not connected"
+        for i in range(3):                   # busy: each segment takes > 3 s to write
+            workload._exec(conn, "INSERT INTO pgo_ka.t VALUES (%s)", (i,))
+            time.sleep(1.5)
+        time.sleep(4.0)
+        assert _walsender_pid(conn, "ka_slot") == pid0, "the walsender was restarted"
+        assert "error" not in box, box.get("error")
+    finally:
+        stop.set()
+        th.join(60)
+        workload._exec(conn, "ALTER SYSTEM RESET wal_sender_timeout")
+        workload._exec(conn, "SELECT pg_reload_conf()")
+    assert "error" not in box, box.get("error")
+    result = box["result"]
+    assert result.reconnects == 0
+    changesets, _ = _decode_dir(out)
+    ids = sorted(i for cs in changesets if "pgo_ka.t" in cs.tables
+                 for i in cs.tables["pgo_ka.t"].column("id").to_pylist())
+    assert ids == [0, 1, 2]
+    with open(pg_server.logfile, encoding="utf-8", errors="replace") as f:
+        assert "replication timeout" not in f.read()
+    workload.drop_slot(conn, "ka_slot")
+    workload._exec(conn, "DROP PUBLICATION pgo_ka_pub")
+    workload._exec(conn, "DROP SCHEMA pgo_ka CASCADE")
+    conn.close()
+
+
+def _durable_ahead(line):
+    import json
+
+    from pgoutput_fast.testing.sqlcapture import parse_pg_lsn
+
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return False
+    return parse_pg_lsn(rec["durable"]) > parse_pg_lsn(rec["confirmed_flush"])
+
+
+def _walsender_pid(conn, slot):
+    with conn.cursor() as cur:
+        cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        row = cur.fetchone()
+    return row[0] if row else None
+
+
+# --------------------------------------------------------------------------------------
+# the resume filter, without a server
+# --------------------------------------------------------------------------------------
+
+def _msgs():
+    from pgoutput_fast import encode_message
+    from pgoutput_fast import messages as m
+
+    return encode_message, m
+
+
+def test_tracker_drops_resent_units_and_resets_open_streams():
+    import struct
+
+    def B(final, xid):
+        return b"B" + struct.pack(">QqI", final, 0, xid)
+
+    def C(commit, end):
+        return b"C\0" + struct.pack(">QQq", commit, end, 0)
+
+    def S(xid, first):
+        return b"S" + struct.pack(">IB", xid, first)
+
+    def c(xid, commit, end):
+        return b"c" + struct.pack(">IBQQq", xid, 0, commit, end, 0)
+
+    ins = b"I" + struct.pack(">I", 16384) + b"N\0\0"
+    rel = b"R" + struct.pack(">I", 16384) + b"\0t\0d\0\0"
+    srel = b"R" + struct.pack(">II", 900, 16384) + b"\0t\0d\0\0"
+    sins = b"I" + struct.pack(">II", 900, 16384) + b"N\0\0"
+
+    tr = TransactionTracker(CaptureState())
+    assert tr.resume(0) == []
+    first = [B(100, 7), rel, ins, C(100, 120), S(900, 1), srel, sins, b"E",
+             B(200, 8), ins, C(200, 220), S(901, 1), b"E", c(901, 230, 240)]
+    kept = [tr.process(0, d) for d in first]
+    assert all(k is not None for k in kept)
+    assert tr.at_boundary
+    st = tr.state
+    assert st.durable_lsn == 240 and st.open_streams == {900} and st.finished_streams == {901: 240}
+
+    # restart: the server confirmed only 120; it sends 8's commit, stream 901 and 900 again
+    tr2 = TransactionTracker(st)
+    synthetic = tr2.resume(120)
+    assert synthetic == [b"A" + struct.pack(">II", 900, 900)]
+    again = [S(900, 1), srel, sins, b"E", B(200, 8), rel, ins, C(200, 220),
+             S(901, 1), srel, b"E", c(901, 230, 240), B(300, 9), ins, C(300, 320)]
+    kept = [tr2.process(0, d) for d in again]
+    assert kept[:4] == again[:4]                       # the open stream: sent again, kept
+    assert kept[4:8] == [None, rel, None, None]        # a durable commit: dropped, schema kept
+    assert kept[8:12] == [None, rel, None, None]       # a durable stream commit: dropped
+    assert kept[12:] == again[12:]
+    assert tr2.state.durable_lsn == 320
+
+
+@pytest.mark.postgres
+def test_reconnect_after_walsender_terminated(pg_server, tmp_path):
+    """The server drops the connection (pg_terminate_backend): reconnect, nothing lost."""
+    _need_server()
+    conn = pg_server.connect()
+    workload._exec(conn, "DROP SCHEMA IF EXISTS pgo_rc CASCADE")
+    workload._exec(conn, "CREATE SCHEMA pgo_rc")
+    workload._exec(conn, "CREATE TABLE pgo_rc.t (id int PRIMARY KEY)")
+    out = str(tmp_path / "cap")
+    stop = threading.Event()
+    box = {}
+    # --create-slot path: makes the publication (FOR ALL TABLES) and the slot
+    cfg = CaptureConfig(pg_server.dsn(), "rc_slot", "pgo_rc_pub", out, create_slot=True,
+                        segment_seconds=0.1, progress="off")
+
+    def target():
+        try:
+            box["result"] = capture.run_capture(cfg, stop)
+        except BaseException as exc:
+            box["error"] = exc
+
+    th = threading.Thread(target=target)
+    th.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not _walsender_pid(conn, "rc_slot"):
+            assert time.monotonic() < deadline and th.is_alive(), box
+            time.sleep(0.05)
+        for i in range(6):
+            workload._exec(conn, "INSERT INTO pgo_rc.t VALUES (%s)", (i,))
+            if i % 2:
+                pid = _walsender_pid(conn, "rc_slot")
+                if pid:
+                    workload._exec(conn, "SELECT pg_terminate_backend(%s)", (pid,))
+            time.sleep(0.4)
+        end = sqlcapture.wait_for_wal_flush(conn)
+        deadline = time.monotonic() + 30
+        while capture.load_state(out) is None or capture.load_state(out).durable_lsn < end - 1000:
+            ids = sorted(i for cs in _decode_dir(out)[0] if "pgo_rc.t" in cs.tables
+                         for i in cs.tables["pgo_rc.t"].column("id").to_pylist())
+            if ids == list(range(6)) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        th.join(60)
+    assert "error" not in box, box.get("error")
+    assert box["result"].reconnects >= 1, box["result"]
+    ids = [i for cs in _decode_dir(out)[0] if "pgo_rc.t" in cs.tables
+           for i in cs.tables["pgo_rc.t"].column("id").to_pylist()]
+    assert ids == list(range(6))
+    workload.drop_slot(conn, "rc_slot")
+    workload._exec(conn, "DROP PUBLICATION IF EXISTS pgo_rc_pub")
+    workload._exec(conn, "DROP SCHEMA pgo_rc CASCADE")
+    conn.close()
+
+
+def test_choose_options():
+    ch = capture.choose_options
+    o = ch(150018, "pub", binary=True, messages=True, streaming="on", two_phase=True)
+    assert o.proto_version == 3
+    assert o.command("s") == ("START_REPLICATION SLOT \"s\" LOGICAL 0/0 (\"proto_version\" '3', "
+                              "\"publication_names\" 'pub', \"binary\" 'true', \"messages\" 'true', "
+                              "\"streaming\" 'on', \"two_phase\" 'on')")
+    assert ch(160000, "p").proto_version == 4 and ch(140000, "p").proto_version == 2
+    for bad in (dict(proto_version="4"), dict(streaming="parallel"), dict(origin="none"),
+                dict(proto_version="1", streaming="on"), dict(proto_version="2", two_phase=True)):
+        with pytest.raises(capture.CaptureError):
+            ch(150000, "p", **bad)
