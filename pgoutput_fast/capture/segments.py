@@ -14,14 +14,13 @@ on resume and its transactions are received again.
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import os
 import queue
 import struct
 import threading
 import time
+from typing import Any
 
 import pyarrow as pa
 
