@@ -332,9 +332,10 @@ cdef class RelBuilders:
         while self.specials and self.specials[len(self.specials) - 1][0] >= self.committed:
             self.specials.pop()
         for i in range(self.ncols):
-            self.cols[i].any_binary = self.any_binary_committed[i]
+            # the columns' flags cover only the rows since the last commit
+            self.cols[i].any_binary = False
             if self.before != NULL:
-                self.before[i].any_binary = self.any_binary_committed[i]
+                self.before[i].any_binary = False
         self.dirty = False
 
     cdef void commit(self) noexcept:
@@ -342,8 +343,13 @@ cdef class RelBuilders:
         self.committed = self.meta.rows
         self.committed_before = self.nbefore
         for i in range(self.ncols):
-            self.any_binary_committed[i] = self.cols[i].any_binary or (
-                self.before != NULL and self.before[i].any_binary)
+            if self.cols[i].any_binary or (self.before != NULL and self.before[i].any_binary):
+                self.any_binary_committed[i] = 1
+            # from here the columns' flags cover only the rows of the next transaction, so
+            # an export that splits off an open transaction carries only its own flags
+            self.cols[i].any_binary = False
+            if self.before != NULL:
+                self.before[i].any_binary = False
         self.dirty = False
 
     cdef object export(self, DecoderCore core):

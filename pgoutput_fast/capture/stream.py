@@ -193,8 +193,11 @@ def _load_libpq(psycopg2_module):
 
 
 _LIBPQ = None
-# ctypes.string_at without its Python wrapper frame (one call per message)
-_string_at = ctypes.CFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_size_t)(ctypes._string_at_addr)  # type: ignore[attr-defined]
+# ctypes.string_at (the documented API). Not a CFUNCTYPE around its C function: a
+# CFUNCTYPE call releases the GIL, and that C function builds a bytes object, which
+# without the GIL corrupts memory while the segment writer thread runs (a segfault seen
+# under load in the kill -9 test).
+_string_at = ctypes.string_at
 
 
 def now_pg_us() -> int:
