@@ -365,7 +365,7 @@ class ReplicationStream:
         while len(out) - n0 < max_messages:
             n = getcopy(pg, ref, 1)
             if n > 0:
-                raw = string_at(buf.value, n)
+                raw = string_at(buf.value, n)  # type: ignore[arg-type]  # buf is set when n > 0
                 freemem(buf)
                 t = raw[0]
                 if t == 0x77:  # 'w' XLogData (dataStart == walEnd in logical mode, §1.3)
