@@ -380,6 +380,18 @@ class PostgresServer:
                 pass
             self._atexit = False
 
+    def restart(self, mode: str = "fast"):
+        """Stop and start the same cluster on the same port; ``mode`` is pg_ctl's
+        shutdown mode (``immediate`` is a crash: recovery runs at start)."""
+        if not self._running:
+            raise RuntimeError("the server is not running")
+        self._run([self._tool("pg_ctl"), "-D", self.datadir, "-m", mode, "-w", "-t", "60", "stop"],
+                  timeout=120)
+        self._run([self._tool("pg_ctl"), "-D", self.datadir, "-l", self.logfile, "-w",
+                   "-t", str(self.start_timeout), "start"], timeout=self.start_timeout + 30)
+        self._wait_ready()
+        return self
+
     # -- connections -----------------------------------------------------------------
     def dsn(self, dbname: str = "postgres") -> str:
         """libpq key/value DSN for a TCP connection as superuser ``postgres``."""
