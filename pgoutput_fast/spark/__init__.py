@@ -15,8 +15,10 @@ types Spark cannot hold and how they are mapped), ``apply`` (snapshots) and
 
 from .decode import (SegmentCatalog, build_catalog, decode, decode_udf, get_spark,
                      read_segments, segment_groups, tables_of, typed_schema)
+from .apply import ApplyResult, SnapshotImage, apply_changes, read_snapshot, snapshot_state
 from .types import from_spark_array, spark_arrow_type, to_spark_array
 
 __all__ = ["read_segments", "build_catalog", "decode", "decode_udf", "segment_groups",
            "SegmentCatalog", "typed_schema", "tables_of", "get_spark", "spark_arrow_type",
-           "to_spark_array", "from_spark_array"]
+           "to_spark_array", "from_spark_array", "apply_changes", "read_snapshot", "snapshot_state",
+           "SnapshotImage", "ApplyResult"]
