@@ -85,6 +85,14 @@ def read_snapshot(target, table) -> pa.Table:
     return pa.concat_tables(tables)
 
 
+def _parquet_rows(path) -> int:
+    """Row count from the Parquet footers (no Spark job)."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(os.path.join(path, f)).metadata.num_rows
+               for f in os.listdir(path) if f.endswith(".parquet"))
+
+
 def _switch(target, table, state):
     d = os.path.join(target, table)
     fd, tmp = tempfile.mkstemp(prefix=".current.", dir=d)
@@ -125,6 +133,22 @@ def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = 
     if applied is not None:
         c0, s0 = applied
         ch = ch.where((F.col("_commit_lsn") > c0) | ((F.col("_commit_lsn") == c0) & (F.col("_seq") > s0)))
+    # decoded once: the summary below and the merge both read it
+    from pyspark import StorageLevel
+
+    ch = ch.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        return _apply(spark, ch, changes, target, table, key_cols, columns, versions, defaults,
+                      state, applied)
+    finally:
+        ch.unpersist()
+
+
+def _apply(spark, ch, changes, target, table, key_cols, columns, versions, defaults, state,
+           applied) -> ApplyResult:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     pos = F.struct(F.col("_commit_lsn").alias("c"), F.col("_seq").alias("s"))
     summary = ch.agg(
         F.count(F.lit(1)).alias("n"),
@@ -257,7 +281,7 @@ def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = 
     finally:
         if prev is not None and prev != "TIMESTAMP_MICROS":
             spark.conf.set("spark.sql.parquet.outputTimestampType", prev)
-    rows = spark.read.parquet(path).count()
+    rows = _parquet_rows(path)
     _switch(target, table, {"version": version, "path": rel, "applied": new_applied,
                             "rows": rows, "columns": columns, "key_columns": key_cols})
     result.update(version=version, path=path, applied=new_applied, rows=rows)

@@ -74,6 +74,7 @@ def get_spark(master: str = "local[*]", app_name: str = "pgoutput_fast", **conf)
 
     b = (SparkSession.builder.master(master).appName(app_name)
          .config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false")
          .config("spark.sql.shuffle.partitions", "4")
          .config("spark.sql.session.timeZone", "UTC")
          .config("spark.driver.memory", "1g")
