@@ -212,7 +212,7 @@ def _apply(spark, ch, changes, target, table, key_cols, columns, versions, defau
                   if c in key_cols else w for c, w in zip(columns, writes)]
         key_changed = F.lit(False)
         for k, ok in zip(key_cols, old_key):
-            k = F.when(F.array_contains(toast0, k), ok).otherwise(F.col(k))  # type: ignore[assignment]
+            k = F.when(F.array_contains(toast0, k), ok).otherwise(F.col(k))
             key_changed = key_changed | ~k.eqNullSafe(ok)
         toast = F.coalesce(F.col("_unchanged_toast"), F.array().cast("array<string>"))
         if summary["toast"]:

@@ -97,6 +97,7 @@ def _first_bytes(arr: pa.Array) -> np.ndarray:
     n = len(arr)
     if n == 0:
         return np.zeros(0, np.uint8)
+    off: np.ndarray
     if pa.types.is_large_binary(arr.type):
         off = np.frombuffer(arr.buffers()[1], np.int64, count=arr.offset + n + 1)[arr.offset:]
     else:

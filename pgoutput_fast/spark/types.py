@@ -138,8 +138,8 @@ def from_spark_array(arr, original: pa.DataType):
         vals = [None if v is None else (v["months"], v["days"], v["nanoseconds"]) for v in arr.to_pylist()]
         return pa.array(vals, _MDN)
     if pa.types.is_fixed_size_binary(original) and original.byte_width == 16:
-        vals = [None if v is None else bytes.fromhex(v.replace("-", "")) for v in arr.to_pylist()]
-        return pa.array(vals, original)
+        raw = [None if v is None else bytes.fromhex(v.replace("-", "")) for v in arr.to_pylist()]
+        return pa.array(raw, original)
     if pa.types.is_decimal(original) or pa.types.is_large_string(original) or \
             pa.types.is_large_binary(original) or pa.types.is_fixed_size_binary(original):
         return arr.cast(original)
