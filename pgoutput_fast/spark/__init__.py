@@ -16,9 +16,12 @@ types Spark cannot hold and how they are mapped), ``apply`` (snapshots) and
 from .decode import (SegmentCatalog, build_catalog, decode, decode_udf, get_spark,
                      read_segments, segment_groups, tables_of, typed_schema)
 from .apply import ApplyResult, SnapshotImage, apply_changes, read_snapshot, snapshot_state
+from .streaming import process_new_segments, start_stream
+from .views import to_debezium, to_delta_cdf
 from .types import from_spark_array, spark_arrow_type, to_spark_array
 
 __all__ = ["read_segments", "build_catalog", "decode", "decode_udf", "segment_groups",
            "SegmentCatalog", "typed_schema", "tables_of", "get_spark", "spark_arrow_type",
            "to_spark_array", "from_spark_array", "apply_changes", "read_snapshot", "snapshot_state",
-           "SnapshotImage", "ApplyResult"]
+           "SnapshotImage", "ApplyResult", "start_stream", "process_new_segments", "to_debezium",
+           "to_delta_cdf"]
