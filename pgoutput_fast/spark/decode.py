@@ -515,13 +515,13 @@ def decode_udf(catalog: RelationCatalog, *, binary_unknown: bool = False):
     out_type = pa.struct(fields)
     spark_type: StructType = _spark_schema(pa.schema(fields))
     cat_json = catalog.to_json()
-    import struct as _struct
-
-    b_fmt = _struct.Struct(">cqqI")   # 'B', final_lsn, commit_ts (pg epoch µs), xid
-    c_fmt = _struct.Struct(">cBqqq")  # 'C', flags, commit_lsn, end_lsn, commit_ts
-
     def _decode(data, lsn, commit_lsn, commit_ts, xid, seq):
+        import struct as _struct
+
         from .. import Decoder
+
+        b_fmt = _struct.Struct(">cqqI")   # 'B', final_lsn, commit_ts (pg epoch µs), xid
+        c_fmt = _struct.Struct(">cBqqq")  # 'C', flags, commit_lsn, end_lsn, commit_ts
 
         n = len(data)
         msgs: list = []
