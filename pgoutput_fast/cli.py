@@ -144,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     bench.add_arguments(pb)
     pb.set_defaults(func=bench.run)
+    from .spark import pipeline  # pyspark is imported only when the command runs
+
+    pp = sub.add_parser("pipeline", help="segments -> Spark decode -> Parquet table snapshots",
+                        description=pipeline.DESCRIPTION)
+    pipeline.add_arguments(pp)
+    pp.set_defaults(func=pipeline.run)
     from .capture import cli as capture_cli
 
     pc = sub.add_parser("capture", help="replication slot -> durable Parquet segments, exactly once",

@@ -34,3 +34,21 @@ def _no_unraisable(recwarn):
     yield
     bad = [w for w in recwarn.list if issubclass(w.category, pytest.PytestUnraisableExceptionWarning)]
     assert not bad, f"unraisable exception during test: {bad[0].message}"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession (local[2]) for the whole test session.
+
+    pyspark is part of the ``test`` extra: without it the Spark tests fail (not skip)."""
+    try:
+        import pyspark  # noqa: F401
+        import pandas  # noqa: F401  (mapInArrow needs it)
+    except ImportError as exc:
+        pytest.fail(f"pyspark (with pandas) is required for the Spark tests: pip install "
+                    f"'pgoutput-fast[test]' ({exc})", pytrace=False)
+    from pgoutput_fast.spark import get_spark
+
+    session = get_spark("local[2]", "pgoutput_fast-tests")
+    yield session
+    session.stop()

@@ -78,6 +78,8 @@ def test_demo_end_to_end():
     if "proto_version 3" in r.stdout or "proto_version 4" in r.stdout:
         assert {"b", "P", "K", "r", "p"} <= kinds, counts  # two-phase
     assert "binary" in r.stdout and "MB/s" in r.stdout and "rows/s" in r.stdout
+    # the Spark pipeline ran: segments -> decode -> apply -> snapshots compared above
+    assert "Spark snapshot" in r.stdout and "decode (change events) in mapInArrow" in r.stdout
 
 
 @pytest.mark.postgres
@@ -100,7 +102,7 @@ def test_demo_reports_a_dropped_row(pg_server, monkeypatch, capsys):
         return cs
 
     monkeypatch.setattr(pgoutput_fast.Decoder, "feed", feed)
-    status = cli.main(["demo", "--dsn", pg_server.dsn(), "--rows", "small"])
+    status = cli.main(["demo", "--dsn", pg_server.dsn(), "--rows", "small", "--no-spark"])
     out = capsys.readouterr().out
     assert dropped, "the workload produced no change to drop"
     assert status == 1, out
@@ -117,7 +119,8 @@ def test_demo_reports_a_dropped_row(pg_server, monkeypatch, capsys):
 @pytest.mark.postgres
 def test_demo_dsn_text_keep(pg_server, capsys):
     """--dsn --text --keep: matches, keeps an inspectable capture, leaves nothing behind."""
-    status = cli.main(["demo", "--dsn", pg_server.dsn(), "--rows", "small", "--text", "--keep"])
+    status = cli.main(["demo", "--dsn", pg_server.dsn(), "--rows", "small", "--text", "--keep",
+                       "--no-spark"])
     out = capsys.readouterr().out
     assert status == 0, out
     assert "text" in out and f"all {len(DEMO_TABLES)} tables match" in out

@@ -1,0 +1,162 @@
+"""Spark throughput: decode inside ``mapInArrow`` vs an identity ``mapInArrow``, and apply.
+
+One synthetic capture directory (no server needed): a 6-column table (int8 key, int4,
+text, timestamptz, float8, numeric) in text mode, ROWS changes (80 % inserts, 15 %
+updates, 5 % deletes) in transactions of 1000, cut into segments of 50 transactions.
+On the same data, in the same run, with one SparkSession ``local[2]``:
+
+* ``spark/identity``: ``read_segments(...).mapInArrow(identity)``: Spark's own cost of
+  reading the segments and moving the raw messages through a Python worker;
+* ``spark/decode-events``: ``decode(df, catalog)`` (the change-event table);
+* ``spark/decode-typed``: ``decode(df, catalog, table=...)``;
+* ``spark/apply``: ``apply_changes`` of the typed changes into a fresh snapshot.
+
+Every DataFrame is consumed with ``write.format("noop")``. The issue's bar: both decodes
+reach >= 50 % of the identity's rows/s (``test_decode_keeps_up_with_identity``).
+Run: ``pytest benchmarks/bench_spark.py --benchmark-only`` (PGOUTPUT_FAST_SPARK_ROWS
+sets the size, default 600000).
+"""
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from benchutil import RESULTS, record
+
+ROWS = int(os.environ.get("PGOUTPUT_FAST_SPARK_ROWS", "600000"))
+TXN = 1000
+SEG_TXNS = 50
+TABLE = "public.bench"
+
+
+def _build(directory):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pgoutput_fast import encode_message
+    from pgoutput_fast.capture.segments import SEGMENT_SCHEMA, CaptureState, _write_checkpoint
+    from pgoutput_fast.messages import Begin, Commit, Delete, Insert, Relation, RelationColumn, Update, Value
+
+    rel = Relation(16400, "public", "bench", "d", (
+        RelationColumn(1, "id", 20, -1), RelationColumn(0, "a", 23, -1), RelationColumn(0, "b", 25, -1),
+        RelationColumn(0, "c", 1184, -1), RelationColumn(0, "d", 701, -1),
+        RelationColumn(0, "e", 1700, (12 << 16) + 3 + 4)))
+
+    def row(i):
+        return (Value("t", str(i).encode()), Value("t", str(i * 7 % 100000).encode()),
+                Value("t", f"row {i} some text payload".encode()),
+                Value("t", f"2024-05-{1 + i % 28:02d} 12:{i % 60:02d}:00.123456+00".encode()),
+                Value("t", repr(i / 7).encode()), Value("t", f"{i % 100000}.125".encode()))
+
+    msgs, lsns = [encode_message(rel)], [0]
+    lsn, i, live = 1 << 24, 0, []
+    seg_bounds = [0]
+    txn = 0
+    while i < ROWS:
+        lsn += 64
+        msgs.append(encode_message(Begin(lsn + (TXN + 1) * 64, 0, 1000 + txn)))
+        lsns.append(lsn)
+        for _ in range(TXN):
+            lsn += 64
+            r = i % 20
+            if r < 3 and live:
+                k = live[(i * 31) % len(live)]
+                msgs.append(encode_message(Update(16400, None, None, row(k))))
+            elif r == 3 and live:
+                k = live.pop((i * 17) % len(live))
+                msgs.append(encode_message(Delete(16400, "K", (Value("t", str(k).encode()),) + (None,) * 5)))
+            else:
+                live.append(i)
+                msgs.append(encode_message(Insert(16400, row(i))))
+            lsns.append(lsn)
+            i += 1
+        lsn += 64
+        msgs.append(encode_message(Commit(0, lsn, lsn + 64, 0)))
+        lsns.append(lsn)
+        txn += 1
+        if txn % SEG_TXNS == 0:
+            seg_bounds.append(len(msgs))
+    if seg_bounds[-1] != len(msgs):
+        seg_bounds.append(len(msgs))
+    for n, (a, b) in enumerate(zip(seg_bounds, seg_bounds[1:]), 1):
+        t = pa.table([pa.array(lsns[a:b], pa.int64()), pa.array(msgs[a:b], pa.binary()),
+                      pa.array(range(a, b), pa.int64())], schema=SEGMENT_SCHEMA)
+        pq.write_table(t, os.path.join(directory, f"{n:010d}.parquet"), compression="zstd")
+    st = CaptureState()
+    st.last_segment = len(seg_bounds) - 1
+    st.next_ordinal = len(msgs)
+    st.options = {"binary": False}
+    _write_checkpoint(directory, st)
+    return len(msgs), ROWS
+
+
+@pytest.fixture(scope="module")
+def world():
+    from pgoutput_fast import spark as pgs
+
+    d = tempfile.mkdtemp(prefix="pgoutput_fast_bench_spark_")
+    n_msgs, n_rows = _build(d)
+    spark = pgs.get_spark("local[2]", "pgoutput_fast-bench")
+    df = pgs.read_segments(spark, d)
+    catalog = pgs.build_catalog(df)
+    yield {"spark": spark, "dir": d, "df": df, "catalog": catalog, "messages": n_msgs, "rows": n_rows}
+    spark.stop()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _noop(df):
+    df.write.format("noop").mode("overwrite").save()
+
+
+def _run(benchmark, fn, rounds=3):
+    return benchmark.pedantic(fn, rounds=rounds, iterations=1, warmup_rounds=1)
+
+
+def test_identity(benchmark, world):
+    df = world["df"]
+    _run(benchmark, lambda: _noop(df.mapInArrow(lambda it: it, df.schema)))
+    record(benchmark, "spark/identity", rows=world["messages"], messages=world["messages"])
+
+
+def test_decode_events(benchmark, world):
+    from pgoutput_fast import spark as pgs
+
+    _run(benchmark, lambda: _noop(pgs.decode(world["df"], world["catalog"])))
+    record(benchmark, "spark/decode-events", messages=world["messages"], rows=world["rows"],
+           baseline="spark/identity")
+
+
+def test_decode_typed(benchmark, world):
+    from pgoutput_fast import spark as pgs
+
+    _run(benchmark, lambda: _noop(pgs.decode(world["df"], world["catalog"], table=TABLE)))
+    record(benchmark, "spark/decode-typed", messages=world["messages"], rows=world["rows"],
+           baseline="spark/identity")
+
+
+def test_apply(benchmark, world):
+    from pgoutput_fast import spark as pgs
+
+    def once():
+        target = tempfile.mkdtemp(prefix="pgoutput_fast_bench_snap_")
+        try:
+            r = pgs.apply_changes(pgs.decode(world["df"], world["catalog"], table=TABLE), target)
+            assert r["changes"] == world["rows"]
+        finally:
+            shutil.rmtree(target, ignore_errors=True)
+
+    _run(benchmark, once, rounds=2)
+    record(benchmark, "spark/apply", messages=world["messages"], rows=world["rows"])
+
+
+def test_decode_keeps_up_with_identity(world):
+    """Messages/s of each decode >= 50 % of the identity mapInArrow's, same data, same run."""
+    base = RESULTS.get("spark/identity")
+    if base is None:
+        pytest.skip("run with the benchmarks (--benchmark-only)")
+    for name in ("spark/decode-events", "spark/decode-typed"):
+        ratio = base["median"] / RESULTS[name]["median"]
+        print(f"{name}: {ratio:.2f} of identity")
+        assert ratio >= 0.5, (name, ratio)

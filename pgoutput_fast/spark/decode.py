@@ -1,0 +1,566 @@
+"""Segments -> Spark DataFrame -> decoded change events / typed tables (``mapInArrow``).
+
+How tasks get whole transactions
+--------------------------------
+
+Capture cuts segments only outside ``B…C``, ``b…P`` and ``S…E``, but a streamed
+transaction (``S…E`` blocks until ``c``/``A``) or a prepared one (``b…P`` until
+``K``/``r``) can span segments. ``read_segments`` therefore makes a first pass over the
+segments on the driver (the message-type bytes only, vectorized; the few
+stream/prepare messages are parsed) and groups consecutive segments into **segment
+groups**: a group ends after a segment at whose end no streamed or prepared
+transaction is open. Each group is one Spark partition (``spark.range(n, numPartitions=
+n)`` + a reading ``mapInArrow``), read in order, so one task sees every message of
+its transactions. A trailing group that is still open (a transaction not finished
+when capture stopped) is left out (``include_open=True`` keeps it; its unfinished work
+is then simply not emitted) and is read again, whole, once it closes.
+
+Each task starts a ``Decoder`` from the catalog as of the first message of its group
+(``SegmentCatalog.as_of(ordinal)``: the Relation/Type messages before it, collected
+by ``build_catalog``), which is exactly the state a single sequential decoder has
+there: nothing pending, the same relation versions. The task checks that its input
+is one group in order (ordinals contiguous from the group's start); a DataFrame that was
+repartitioned or filtered before ``decode`` fails loudly instead of decoding wrongly.
+
+Typed tables and schema changes
+-------------------------------
+
+``decode(df, catalog, table="s.t")`` returns one DataFrame for every version of the
+table: the columns of all versions in order of first appearance (a column a version
+lacks is null in its rows), types promoted permissively as ``ChangeSet.tables`` does,
+and ``_version`` (the relation version of each row). Spark types follow
+``pgoutput_fast.spark.types``. Key columns carry the field metadata
+``{"pgoutput_fast": {"key": true}}`` and ``_op`` carries the table name, key columns
+and replica identity, so ``apply_changes`` finds the keys without the catalog.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..catalog import RelationCatalog
+from .types import spark_arrow_type, to_spark_array
+
+__all__ = ["read_segments", "build_catalog", "decode", "decode_udf", "segment_groups",
+           "SegmentCatalog", "typed_schema", "get_spark", "MESSAGE_COLUMNS"]
+
+MESSAGE_COLUMNS = ("lsn", "data", "ordinal", "segment")
+META_KEY = "pgoutput_fast"
+_GROUP_BYTES = frozenset(b"SEcApPKr")
+_CATALOG_BYTES = b"RYSE"
+
+
+# ======================================================================================
+# a local SparkSession
+# ======================================================================================
+
+def get_spark(master: str = "local[*]", app_name: str = "pgoutput_fast", **conf):
+    """A SparkSession for local work: Python workers use this interpreter and import
+    this package from where it is imported now (a checkout works without installing)."""
+    import sys
+
+    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if pkg_root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([pkg_root] + paths)
+    from pyspark.sql import SparkSession
+
+    b = (SparkSession.builder.master(master).appName(app_name)
+         .config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.shuffle.partitions", "4")
+         .config("spark.sql.session.timeZone", "UTC")
+         .config("spark.driver.memory", "1g")
+         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "10000"))
+    for k, v in conf.items():
+        b = b.config(k, v)
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR") if hasattr(spark, "sparkContext") else None
+    return spark
+
+
+# ======================================================================================
+# segment groups
+# ======================================================================================
+
+def _first_bytes(arr: pa.Array) -> np.ndarray:
+    """The first byte of every (non-empty) binary value, without Python objects."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, np.uint8)
+    off: np.ndarray
+    if pa.types.is_large_binary(arr.type):
+        off = np.frombuffer(arr.buffers()[1], np.int64, count=arr.offset + n + 1)[arr.offset:]
+    else:
+        off = np.frombuffer(arr.buffers()[1], np.int32, count=arr.offset + n + 1)[arr.offset:]
+    data = np.frombuffer(arr.buffers()[2], np.uint8)
+    return data[off[:-1]]
+
+
+def _segment_summary(path):
+    """(first ordinal, count, [(ordinal, data)] of S/E/c/A/p/P/K/r messages)."""
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path, columns=["data", "ordinal"])
+    if t.num_rows == 0:
+        return None, 0, []
+    data = t.column("data").combine_chunks()
+    first = _first_bytes(data)
+    idx = np.nonzero(np.isin(first, np.frombuffer(bytes(_GROUP_BYTES), np.uint8)))[0]
+    ords = t.column("ordinal").combine_chunks()
+    ctl = [(ords[int(i)].as_py(), data[int(i)].as_py()) for i in idx]
+    return ords[0].as_py(), t.num_rows, ctl
+
+
+def segment_groups(directory, *, include_open: bool = False) -> list:
+    """``[{"paths": [...], "first": ordinal, "count": n, "closed": bool}]``: consecutive
+    segments such that no streamed or prepared transaction is open at a group's end."""
+    from .. import decode_message
+    from ..capture import segment_paths
+
+    groups: list[dict] = []
+    streams: set = set()
+    prepared: set = set()
+    cur: dict | None = None
+    for path in segment_paths(directory):
+        first, count, ctl = _segment_summary(path)
+        if count == 0:
+            continue
+        if cur is None:
+            cur = {"paths": [], "first": first, "count": 0, "closed": False}
+        cur["paths"].append(path)
+        cur["count"] += count
+        for _, data in ctl:
+            t = data[0]
+            if t == ord("S"):
+                streams.add(decode_message(data).xid)
+            elif t in b"cp":
+                m = decode_message(data)
+                streams.discard(m.xid)
+                if t == ord("p"):
+                    prepared.add(m.gid)
+            elif t == ord("A"):
+                m = decode_message(data)
+                if m.xid == m.subxid:
+                    streams.discard(m.xid)
+            elif t == ord("P"):
+                prepared.add(decode_message(data).gid)
+            elif t in b"Kr":
+                prepared.discard(decode_message(data).gid)
+        if not streams and not prepared:
+            cur["closed"] = True
+            groups.append(cur)
+            cur = None
+    if cur is not None and include_open:
+        groups.append(cur)
+    return groups
+
+
+def _capture_options(directory) -> dict:
+    from ..capture import load_state
+
+    state = load_state(directory)
+    return dict(state.options or {}) if state is not None else {}
+
+
+# ======================================================================================
+# read_segments
+# ======================================================================================
+
+def _message_schema(metadata: dict):
+    from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
+
+    return StructType([
+        StructField("lsn", LongType(), False),
+        StructField("data", BinaryType(), False, metadata={META_KEY: metadata}),
+        StructField("ordinal", LongType(), False),
+        StructField("segment", IntegerType(), False),
+    ])
+
+
+def _read_groups_fn(groups, batch_rows=10_000):
+    def read(batches):
+        import pyarrow.parquet as pq
+
+        for b in batches:
+            for gid in b.column(0).to_pylist():
+                for path in groups[gid]["paths"]:
+                    seg = int(os.path.basename(path).split(".")[0])
+                    t = pq.read_table(path, columns=["lsn", "data", "ordinal"])
+                    t = t.append_column("segment", pa.array(np.full(t.num_rows, seg, np.int32)))
+                    yield from t.to_batches(max_chunksize=batch_rows)
+    return read
+
+
+def read_segments(spark, path, *, include_open: bool = False, groups: list | None = None):
+    """The captured messages of a segment directory: a DataFrame with ``lsn``, ``data``,
+    ``ordinal`` and ``segment``, one partition per segment group, in order.
+
+    The ``data`` column's metadata holds the capture options (``binary``, ...) and the
+    groups (first ordinal, count): ``build_catalog`` and ``decode`` read them."""
+    if groups is None:
+        groups = segment_groups(path, include_open=include_open)
+    meta = {"options": _capture_options(path), "path": os.path.abspath(path),
+            "group_starts": [g["first"] for g in groups],
+            "group_counts": [g["count"] for g in groups]}
+    schema = _message_schema(meta)
+    n = max(1, len(groups))
+    ids = spark.range(0, len(groups), 1, n)
+    df = ids.mapInArrow(_read_groups_fn(groups), schema)
+    # mapInArrow drops field metadata of the declared schema: put it back
+    return df.select(*[df[c].alias(c, metadata={META_KEY: meta}) if c == "data" else df[c]
+                       for c in df.columns])
+
+
+def _meta(df) -> dict:
+    return (df.schema["data"].metadata or {}).get(META_KEY, {})
+
+
+# ======================================================================================
+# catalog
+# ======================================================================================
+
+class SegmentCatalog(RelationCatalog):
+    """A RelationCatalog (all versions) plus the Relation/Type messages it was built from,
+    by ordinal, so that a task can start from the catalog as of any position."""
+
+    def __init__(self):
+        super().__init__()
+        self.control: list = []        # [(ordinal, lsn, bytes)] R/Y, stream xid stripped
+        self.binary = False
+
+    @classmethod
+    def from_control(cls, rows, binary=False) -> "SegmentCatalog":
+        """rows: (ordinal, lsn, data) of R, Y, S and E messages in any order."""
+        from .. import Decoder
+
+        cat = cls()
+        cat.binary = bool(binary)
+        in_stream = False
+        for o, lsn, data in sorted(rows, key=lambda r: r[0]):
+            t = data[0]
+            if t == ord("S"):
+                in_stream = True
+            elif t == ord("E"):
+                in_stream = False
+            elif t in b"RY":
+                body = bytes(data)
+                if in_stream:  # inside S..E a Relation/Type carries the xid: drop it
+                    body = body[:1] + body[5:]
+                cat.control.append((int(o), int(lsn), body))
+        if cat.control:
+            dec = Decoder(events=False, tables=False)
+            dec.feed([c[2] for c in cat.control], [c[1] for c in cat.control])
+            cat.relations, cat.types = dec.catalog.relations, dec.catalog.types
+        return cat
+
+    def as_of(self, ordinal: int) -> RelationCatalog:
+        """The catalog a sequential decoder has just before message ``ordinal``."""
+        from .. import Decoder
+
+        msgs = [c for c in self.control if c[0] < ordinal]
+        dec = Decoder(events=False, tables=False)
+        if msgs:
+            dec.feed([c[2] for c in msgs], [c[1] for c in msgs])
+        return dec.catalog
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        d["control"] = [[o, lsn, data.hex()] for o, lsn, data in self.control]
+        d["binary"] = self.binary
+        return d
+
+    @classmethod
+    def from_dict(cls, d) -> "SegmentCatalog":
+        base = RelationCatalog.from_dict(d)
+        cat = cls()
+        cat.relations, cat.types = base.relations, base.types
+        cat.control = [(o, lsn, bytes.fromhex(h)) for o, lsn, h in d.get("control", [])]
+        cat.binary = bool(d.get("binary", False))
+        return cat
+
+    def __reduce__(self):
+        return (SegmentCatalog.from_dict, (self.to_dict(),))
+
+
+def build_catalog(df) -> SegmentCatalog:
+    """The RelationCatalog of a messages DataFrame (``read_segments``): its Relation and
+    Type messages (with the stream blocks' S/E around them), filtered on the JVM side
+    by the first byte and collected (tiny)."""
+    from pyspark.sql import functions as F
+
+    first = F.substring(F.col("data"), 1, 1)
+    wanted = [bytearray(bytes([b])) for b in _CATALOG_BYTES]
+    rows = df.where(first.isin(wanted)).select("ordinal", "lsn", "data").collect()
+    binary = bool(_meta(df).get("options", {}).get("binary", False))
+    return SegmentCatalog.from_control([(r[0], r[1], bytes(r[2])) for r in rows], binary=binary)
+
+
+# ======================================================================================
+# typed schema of a table across its versions
+# ======================================================================================
+
+def _versions(catalog, table):
+    vs = [v for v in catalog.versions() if v.qualified_name == table]
+    if not vs:
+        raise KeyError(f"{table}: no such relation in the catalog "
+                       f"({sorted({v.qualified_name for v in catalog.versions()})})")
+    return sorted(vs, key=lambda v: (v.relid, v.version))
+
+
+def _meta_fields():
+    return [pa.field("_op", pa.string(), False), pa.field("_lsn", pa.int64()),
+            pa.field("_commit_lsn", pa.int64(), False),
+            pa.field("_commit_ts", pa.timestamp("us", tz="UTC"), False),
+            pa.field("_xid", pa.int64(), False), pa.field("_seq", pa.int64(), False),
+            pa.field("_origin", pa.string())]
+
+
+def typed_schema(catalog, table, binary_unknown=False) -> pa.Schema:
+    """The decoder's typed Arrow schema of ``table`` over all its versions (permissive
+    promotion, columns in order of first appearance), plus ``_version``."""
+    cols: dict[str, pa.DataType] = {}
+    for v in _versions(catalog, table):
+        for c, ct in zip(v.columns, v.column_types):
+            t = ct.arrow_type(binary_unknown)
+            if c.name in cols and cols[c.name] != t:
+                t = pa.unify_schemas([pa.schema([pa.field("x", cols[c.name])]),
+                                      pa.schema([pa.field("x", t)])],
+                                     promote_options="permissive").field("x").type
+            cols[c.name] = t
+    data = [pa.field(n, t) for n, t in cols.items()]
+    return pa.schema(_meta_fields() + data + [
+        pa.field("_before", pa.struct(data)), pa.field("_before_kind", pa.string()),
+        pa.field("_unchanged_toast", pa.list_(pa.string())),
+        pa.field("_special", pa.map_(pa.string(), pa.string())),
+        pa.field("_version", pa.int32(), False)])
+
+
+def _spark_schema(arrow_schema: pa.Schema, table=None, catalog=None):
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructField, StructType
+
+    keys: set = set()
+    op_meta: dict = {}
+    if table is not None and catalog is not None:
+        last = _versions(catalog, table)[-1]
+        keys = set(last.key_columns)
+        op_meta = {META_KEY: {"table": table, "key_columns": list(last.key_columns),
+                              "replident": last.replident,
+                              "columns": list(last.column_names),
+                              "versions": {str(v.version): list(v.column_names)
+                                           for v in _versions(catalog, table)}}}
+    fields = []
+    for f in arrow_schema:
+        md: dict[str, Any] = {}
+        if f.name in keys:
+            md = {META_KEY: {"key": True}}
+        elif f.name == "_op":
+            md = op_meta
+        fields.append(StructField(f.name, from_arrow_type(spark_arrow_type(f.type)), f.nullable,
+                                  metadata=md))
+    return StructType(fields)
+
+
+def _conform(table: pa.Table, version, schema: pa.Schema) -> pa.RecordBatch:
+    """One version's typed rows in the unified schema, Spark-mapped."""
+    n = table.num_rows
+    arrays = []
+    data_fields = [f for f in schema if not f.name.startswith("_")]
+    for f in schema:
+        if f.name == "_version":
+            arr = pa.array(np.full(n, version.version, np.int32))
+        elif f.name == "_before":
+            b = table.column("_before").combine_chunks()
+            children = []
+            for df_ in data_fields:
+                idx = b.type.get_field_index(df_.name) if b.type.num_fields else -1
+                if idx >= 0:
+                    c = b.field(idx)
+                    children.append(c if c.type == df_.type else c.cast(df_.type))
+                else:
+                    children.append(pa.nulls(n, df_.type))
+            mask = b.is_null() if b.null_count else None
+            arr = pa.StructArray.from_arrays(children, fields=data_fields, mask=mask) if data_fields \
+                else pa.nulls(n, pa.struct([]))
+        elif f.name in table.column_names:
+            arr = table.column(f.name).combine_chunks()
+            if arr.type != f.type:
+                arr = arr.cast(f.type)
+        else:
+            arr = pa.nulls(n, f.type)
+        arrays.append(to_spark_array(arr))
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(
+        [pa.field(f.name, spark_arrow_type(f.type), f.nullable) for f in schema]))
+
+
+# ======================================================================================
+# decode
+# ======================================================================================
+
+def _decode_fn(catalog: SegmentCatalog, group_starts: list, table, schema, binary_unknown):
+    starts = set(group_starts)
+
+    def run(batches):
+        from .. import Decoder
+
+        dec = None
+        expect = None
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            ords = b.column("ordinal")
+            first = ords[0].as_py()
+            if dec is None or first != expect:
+                if dec is not None:
+                    _check_closed(dec, expect)
+                if starts and first not in starts:
+                    raise ValueError(
+                        f"pgoutput_fast.spark.decode: a task starts at message ordinal {first}, "
+                        "which is not the start of a segment group: decode() needs the "
+                        "DataFrame of read_segments() as it is (not repartitioned, filtered "
+                        "or reordered)")
+                dec = Decoder(catalog.as_of(first), events=table is None,
+                              tables=table is not None, binary_unknown=binary_unknown)
+            ov = ords.to_numpy()
+            if len(ov) > 1 and not np.all(np.diff(ov) == 1):
+                raise ValueError("pgoutput_fast.spark.decode: messages out of order in a task")
+            expect = int(ov[-1]) + 1
+            cs = dec.feed(b.column("data"), lsn=b.column("lsn"))
+            if table is None:
+                if cs.events is not None and cs.events.num_rows:
+                    yield from cs.events.to_batches()
+            else:
+                for version, t in cs.table_versions:
+                    if version.qualified_name == table and t.num_rows:
+                        yield _conform(t, version, schema)
+        if dec is not None:
+            _check_closed(dec, expect)
+    return run
+
+
+def _check_closed(dec, expect):
+    p = dec.pending()
+    if p.get("open_transaction") is not None:
+        raise ValueError(f"pgoutput_fast.spark.decode: a transaction is still open before "
+                         f"message ordinal {expect}: the input is not whole segments in order")
+
+
+def decode(df, catalog: SegmentCatalog, *, table: str | None = None,
+           binary_unknown: bool | None = None):
+    """Decode a messages DataFrame (``read_segments``) with ``mapInArrow``.
+
+    ``table=None``: the change-event DataFrame (``EVENT_SCHEMA``). ``table="schema.name"``:
+    the typed DataFrame of that table over all its versions (module doc). Unknown types
+    are binary when the capture was in binary mode (``binary_unknown``)."""
+    meta = _meta(df)
+    group_starts = list(meta.get("group_starts", []))
+    if binary_unknown is None:
+        binary_unknown = bool(getattr(catalog, "binary", False) or
+                              meta.get("options", {}).get("binary", False))
+    if not isinstance(catalog, SegmentCatalog):
+        raise TypeError("decode() needs the SegmentCatalog of build_catalog(df)")
+    if table is None:
+        from ..decoder import EVENT_SCHEMA
+
+        out_schema = _spark_schema(EVENT_SCHEMA)
+        fn = _decode_fn(catalog, group_starts, None, None, binary_unknown)
+    else:
+        schema = typed_schema(catalog, table, binary_unknown)
+        out_schema = _spark_schema(schema, table, catalog)
+        fn = _decode_fn(catalog, group_starts, table, schema, binary_unknown)
+    out = df.select("lsn", "data", "ordinal").mapInArrow(fn, out_schema)
+    # mapInArrow drops field metadata: restore it (keys, table name)
+    return out.select(*[out[f.name].alias(f.name, metadata=f.metadata) if f.metadata else out[f.name]
+                        for f in out_schema.fields])
+
+
+def tables_of(catalog) -> list:
+    """Qualified names of the relations in a catalog, sorted."""
+    return sorted({v.qualified_name for v in catalog.versions()})
+
+
+# ======================================================================================
+# decode_udf
+# ======================================================================================
+
+def decode_udf(catalog: RelationCatalog, *, binary_unknown: bool = False):
+    """A scalar Arrow UDF for data that already holds one message per row with its
+    transaction context: ``udf(data, lsn, commit_lsn, commit_ts_us, xid, seq)`` returns
+    a struct per row with the change event's fields (``op``, ``schema``, ``table``,
+    ``relid``, ``before``, ``before_kind``, ``after``, ``unchanged_toast``), null for
+    rows that are not a change (Insert/Update/Delete/Truncate). ``commit_ts_us`` is µs
+    since the Unix epoch. Relation messages are taken from ``catalog`` (the catalog as
+    of the rows' positions); stream-framed messages (with an xid) are not accepted.
+
+    Each row is decoded as a one-change transaction (a synthetic Begin/Commit built from
+    its context), in one ``Decoder.feed`` per Arrow batch.
+    """
+    from pyspark.sql.functions import pandas_udf
+    from pyspark.sql.types import StructType
+
+    from ..decoder import EVENT_SCHEMA
+
+    fields = [EVENT_SCHEMA.field(n) for n in ("op", "schema", "table", "relid", "before",
+                                              "before_kind", "after", "unchanged_toast")]
+    out_type = pa.struct(fields)
+    spark_type: StructType = _spark_schema(pa.schema(fields))
+    cat_json = catalog.to_json()
+    def _decode(data, lsn, commit_lsn, commit_ts, xid, seq):
+        import struct as _struct
+
+        from .. import Decoder
+
+        b_fmt = _struct.Struct(">cqqI")   # 'B', final_lsn, commit_ts (pg epoch µs), xid
+        c_fmt = _struct.Struct(">cBqqq")  # 'C', flags, commit_lsn, end_lsn, commit_ts
+
+        n = len(data)
+        msgs: list = []
+        lsns: list = []
+        rows: list = []
+        pg_epoch = 946_684_800_000_000
+        dv = data.to_pylist() if hasattr(data, "to_pylist") else list(data)
+        for i in range(n):
+            m = dv[i]
+            if m is None or m[:1] not in (b"I", b"U", b"D", b"T"):
+                continue
+            cl, ts, x = int(commit_lsn[i]), int(commit_ts[i]) - pg_epoch, int(xid[i])
+            msgs += [b_fmt.pack(b"B", cl, ts, x & 0xFFFFFFFF), m, c_fmt.pack(b"C", 0, cl, cl, ts)]
+            lsns += [cl, int(lsn[i]), cl]
+            rows.append(i)
+        events = []
+        if msgs:
+            from ..catalog import RelationCatalog as _RC
+
+            dec = Decoder(_RC.from_json(cat_json), events=True, tables=False,
+                          binary_unknown=binary_unknown)
+            ev = dec.feed(msgs, lsns).events
+            events = ev.select([f.name for f in fields]).to_pylist()
+        out: list = [None] * n
+        # one event per change message (a Truncate of several relations: the first)
+        j = 0
+        evi = 0
+        while j < len(rows) and evi < len(events):
+            out[rows[j]] = events[evi]
+            evi += 1
+            j += 1
+        return pa.array(out, out_type)
+
+    @pandas_udf(spark_type)  # type: ignore[call-overload]
+    def udf(data, lsn, commit_lsn, commit_ts, xid, seq):
+        import pandas as pd
+
+        arr = _decode(list(data), lsn.to_numpy(), commit_lsn.to_numpy(), commit_ts.to_numpy(),
+                      xid.to_numpy(), seq.to_numpy())
+        return pd.DataFrame(arr.to_pylist())
+
+    return udf
