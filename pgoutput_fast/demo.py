@@ -145,6 +145,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fixtures", action="store_true",
                    help="decode the captures bundled in a source checkout instead of "
                         "running PostgreSQL (the fallback when no server is found)")
+    p.add_argument("--fixtures-dir", metavar="DIR", default=None,
+                   help="where the bundled captures are (default: tests/fixtures of the "
+                        "source checkout this package runs from)")
 
 
 def run(args) -> int:
@@ -839,14 +842,15 @@ def _run_fixtures(args, out, reason) -> int:
 
     t_start = time.perf_counter()
     print("pgoutput-fast demo", file=out)
+    fixtures_dir = getattr(args, "fixtures_dir", None) or FIXTURES_DIR
     missing = [n for _, a, b in FIXTURE_PAIRS for n in (a, b)
-               if not os.path.exists(os.path.join(FIXTURES_DIR, n + ".pgoc"))]
+               if not os.path.exists(os.path.join(fixtures_dir, n + ".pgoc"))]
     if missing:
         why = f"{reason}, and the" if reason else "The"
         raise DemoError(
             f"{why} bundled capture files are not available: they live in tests/fixtures of "
             f"a source checkout and are not part of an installed wheel (looked in "
-            f"{FIXTURES_DIR}). Install PostgreSQL, use --dsn with your own server, or run "
+            f"{fixtures_dir}). Install PostgreSQL, use --dsn with your own server, or run "
             "the demo from a git clone.")
     if reason:
         print(f"note       {reason}:", file=out)
@@ -863,7 +867,7 @@ def _run_fixtures(args, out, reason) -> int:
         images = {}
         untyped = {}
         for name in (text_name, bin_name):
-            lsns, messages = read_capture(os.path.join(FIXTURES_DIR, name + ".pgoc"))
+            lsns, messages = read_capture(os.path.join(fixtures_dir, name + ".pgoc"))
             d = Decoded(messages, lsns, args.batches)
             if (name == bin_name) != args.text:  # throughput of the selected mode
                 all_msgs += d.n_messages

@@ -23,6 +23,8 @@ from pgoutput_fast.testing.postgres import find_bindir
 
 from conftest import load_fixture
 
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+
 #: the published tables the demo compares (parted is published through its leaves)
 DEMO_TABLES = sorted(
     f"{demo.SCHEMA}.{t}" for t in
@@ -168,7 +170,8 @@ def test_demo_needs_wal_level_logical(capsys):
 
 def test_demo_fixtures_fallback(capsys):
     """--fixtures (what the demo does without a server): text and binary captures agree."""
-    status = cli.main(["demo", "--fixtures"])
+    # the tests' own copy: this also runs against an installed wheel, which has no tests/
+    status = cli.main(["demo", "--fixtures", "--fixtures-dir", FIXTURES])
     out = capsys.readouterr().out
     assert status == 0, out
     assert "tables agree between text and binary mode" in out
