@@ -1577,9 +1577,10 @@ cdef object _truncate_options(object flags):
     counts = cascade.astype(np.int32) + restart.astype(np.int32)
     offsets = np.zeros(len(flags) + 1, np.int32)
     np.cumsum(counts, out=offsets[1:])
-    names = np.empty(int(offsets[-1]), object)
-    names[offsets[:-1][cascade]] = "cascade"
-    names[offsets[:-1][restart] + cascade[restart]] = "restart_identity"
+    starts = offsets[:len(flags)]          # (no negative indices: wraparound is off here)
+    names = np.empty(int(offsets[len(flags)]), object)
+    names[starts[cascade]] = "cascade"
+    names[starts[restart] + cascade[restart]] = "restart_identity"
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(names, pa.string()),
                                     mask=pa.array(~is_t))
 

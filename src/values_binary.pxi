@@ -497,19 +497,19 @@ cdef int _parse_binary(Column *c, const unsigned char *p, Py_ssize_t n, const ch
             why[0] = WHY_BIN_LEN
             return -1
         i32 = pgo_be32s(p)
-        return push_fixed(c, &i32, why)
+        return PGO_PUSH_FIXED(c, &i32, 4, why, push_fixed_slow)
     elif kind == K_INT8:
         if n != 8:
             why[0] = WHY_BIN_LEN
             return -1
         i64 = pgo_be64s(p)
-        return push_fixed(c, &i64, why)
+        return PGO_PUSH_FIXED(c, &i64, 8, why, push_fixed_slow)
     elif kind == K_INT2:
         if n != 2:
             why[0] = WHY_BIN_LEN
             return -1
         i16 = pgo_be16s(p)
-        return push_fixed(c, &i16, why)
+        return PGO_PUSH_FIXED(c, &i16, 2, why, push_fixed_slow)
     elif kind == K_BOOL:
         if n != 1:
             why[0] = WHY_BIN_LEN
@@ -523,13 +523,13 @@ cdef int _parse_binary(Column *c, const unsigned char *p, Py_ssize_t n, const ch
             why[0] = WHY_BIN_LEN
             return -1
         u64 = pgo_be64(p)
-        return push_fixed(c, &u64, why)
+        return PGO_PUSH_FIXED(c, &u64, 8, why, push_fixed_slow)
     elif kind == K_FLOAT4:
         if n != 4:
             why[0] = WHY_BIN_LEN
             return -1
         u32 = pgo_be32(p)
-        return push_fixed(c, &u32, why)
+        return PGO_PUSH_FIXED(c, &u32, 4, why, push_fixed_slow)
     elif kind == K_DECIMAL:
         return bin_decimal(c, p, n, why)
     elif kind == K_NUMERIC_STR:
@@ -546,7 +546,7 @@ cdef int _parse_binary(Column *c, const unsigned char *p, Py_ssize_t n, const ch
             if i64 >= INT64_MAX - PGO_UNIX_EPOCH_USECS:
                 return 1                          # valid, but past int64 Unix microseconds
             i64 += PGO_UNIX_EPOCH_USECS
-        return push_fixed(c, &i64, why)
+        return PGO_PUSH_FIXED(c, &i64, 8, why, push_fixed_slow)
     elif kind == K_DATE:
         if n != 4:
             why[0] = WHY_BIN_LEN
@@ -557,7 +557,7 @@ cdef int _parse_binary(Column *c, const unsigned char *p, Py_ssize_t n, const ch
                 why[0] = b"binary date out of range"
                 return -1
             i32 += PGO_UNIX_EPOCH_DAYS
-        return push_fixed(c, &i32, why)
+        return PGO_PUSH_FIXED(c, &i32, 4, why, push_fixed_slow)
     elif kind == K_TIME:
         if n != 8:
             why[0] = WHY_BIN_LEN
@@ -568,7 +568,7 @@ cdef int _parse_binary(Column *c, const unsigned char *p, Py_ssize_t n, const ch
             return -1
         if i64 == PGO_USECS_PER_DAY:
             return 1                   # 24:00:00 is outside Arrow's time64 range
-        return push_fixed(c, &i64, why)
+        return PGO_PUSH_FIXED(c, &i64, 8, why, push_fixed_slow)
     elif kind == K_INTERVAL:
         if n != 16:
             why[0] = WHY_BIN_LEN
@@ -584,12 +584,12 @@ cdef int _parse_binary(Column *c, const unsigned char *p, Py_ssize_t n, const ch
             return 1                              # nanoseconds overflow int64
         else:
             mdn.nanoseconds = i64 * 1000
-        return push_fixed(c, &mdn, why)
+        return PGO_PUSH_FIXED(c, &mdn, 16, why, push_fixed_slow)
     elif kind == K_UUID:
         if n != 16:
             why[0] = WHY_BIN_LEN
             return -1
-        return push_fixed(c, p, why)
+        return PGO_PUSH_FIXED(c, p, 16, why, push_fixed_slow)
     elif kind == K_JSONB:
         if n < 1 or p[0] != 1:
             why[0] = b"unsupported binary jsonb version (expected 1)"
@@ -610,7 +610,7 @@ cdef int _parse_binary(Column *c, const unsigned char *p, Py_ssize_t n, const ch
             why[0] = WHY_BIN_LEN
             return -1
         u32 = pgo_be32(p)
-        return push_fixed(c, &u32, why)
+        return PGO_PUSH_FIXED(c, &u32, 4, why, push_fixed_slow)
     elif kind == K_ARRAY:
         return bin_array(c, p, n, why)
     elif kind == K_UNKNOWN:

@@ -607,27 +607,34 @@ cdef inline int push_decimal(Column *c, pgo_u128 v, bint negative, const char **
         pgo_u128_neg(&v)
     words[0] = v.lo
     words[1] = v.hi
-    return push_fixed(c, words, why)
+    return PGO_PUSH_FIXED(c, words, 16, why, push_fixed_slow)
 
 
-cdef inline int push_fixed(Column *c, const void *value, const char **why) noexcept nogil:
-    """col_push_fixed with constant-size copies (a plain store, not a memcpy call)."""
-    cdef Py_ssize_t w = c.fixed_width
-    cdef unsigned char *dst
-    if c.data.cap - c.data.len < w and buf_reserve(&c.data, w) < 0:
+cdef int push_fixed_slow(Column *c, const void *value, Py_ssize_t w, const char **why) noexcept nogil:
+    """PGO_PUSH_FIXED's slow path: the buffer must grow, or the width is wrong (w must
+    equal c.fixed_width: the kind fixes both, and a mismatch would corrupt the column)."""
+    if w != c.fixed_width:
+        why[0] = b"internal error: value width does not match the column"
+        return -1
+    if buf_reserve(&c.data, w) < 0:
         why[0] = WHY_OOM
         return -1
-    dst = c.data.data + c.data.len
-    if w == 8:
-        memcpy(dst, value, 8)
-    elif w == 4:
-        memcpy(dst, value, 4)
-    elif w == 16:
-        memcpy(dst, value, 16)
-    else:
-        memcpy(dst, value, <size_t>w)
+    memcpy(c.data.data + c.data.len, value, <size_t>w)
     c.data.len += w
     return 0
+
+
+cdef extern from *:
+    """
+    /* push_fixed: the fast path as a macro, so every call site gets a plain store of a
+       constant width (gcc would not inline a Cython function into the big parsers). */
+    #define PGO_PUSH_FIXED(c, value, w, why, slow) \
+        (((w) == (c)->fixed_width && (c)->data.cap - (c)->data.len >= (w)) \
+         ? (memcpy((c)->data.data + (c)->data.len, (value), (w)), (c)->data.len += (w), 0) \
+         : slow((c), (value), (w), (why)))
+    """
+    int PGO_PUSH_FIXED(Column *c, const void *value, Py_ssize_t w, const char **why,
+                       int (*slow)(Column *, const void *, Py_ssize_t, const char **) noexcept nogil) noexcept nogil
 
 
 cdef inline int push_bytes(Column *c, const void *p, Py_ssize_t n, const char **why) noexcept nogil:
@@ -1120,6 +1127,57 @@ cdef int text_time(const unsigned char *p, Py_ssize_t n, int64_t *out) noexcept 
     return 0
 
 
+cdef inline int two_digits(const unsigned char *p) noexcept nogil:
+    """Two ASCII digits -> 0..99, or -1."""
+    cdef unsigned int a = <unsigned int>p[0] - 48
+    cdef unsigned int b = <unsigned int>p[1] - 48
+    if a > 9 or b > 9:
+        return -1
+    return <int>(a * 10 + b)
+
+
+cdef inline bint iso_fixed_prefix(const unsigned char *p, Py_ssize_t n, int64_t *y, int64_t *m,
+                                  int64_t *d, int64_t *h, int64_t *rest, Py_ssize_t *pos) noexcept nogil:
+    """The common shape 'YYYY-MM-DD HH:MM:SS[.f{1,6}]' at fixed positions.
+
+    True with the fields set and *pos after the clock; False for anything else (a 5+
+    digit year, a field out of range, 7+ fraction digits, ...), which then takes the
+    general scanners: they decide what is valid, this is only a shortcut.
+    """
+    cdef int yh, yl, mo, dd, hh, mi, se, nd = 0
+    cdef Py_ssize_t i = 19
+    cdef int64_t frac = 0
+    if n < 19 or p[4] != 45 or p[7] != 45 or p[10] != 32 or p[13] != 58 or p[16] != 58:
+        return False
+    yh = two_digits(p)
+    yl = two_digits(p + 2)
+    mo = two_digits(p + 5)
+    dd = two_digits(p + 8)
+    hh = two_digits(p + 11)
+    mi = two_digits(p + 14)
+    se = two_digits(p + 17)
+    if (yh | yl | mo | dd | hh | mi | se) < 0:
+        return False
+    if mo < 1 or mo > 12 or dd < 1 or mi > 59 or se > 59 or (yh == 0 and yl == 0):
+        return False
+    if i < n and p[i] == 46:                    # '.'
+        i += 1
+        while i < n and nd < 6 and is_digit(p[i]):
+            frac = frac * 10 + (p[i] - 48)
+            i += 1
+            nd += 1
+        if nd == 0 or (i < n and is_digit(p[i])):
+            return False
+        frac *= <int64_t>pgo_pow10_u128[6 - nd].lo
+    y[0] = yh * 100 + yl
+    m[0] = mo
+    d[0] = dd
+    h[0] = hh
+    rest[0] = <int64_t>mi * 60000000 + <int64_t>se * 1000000 + frac
+    pos[0] = i
+    return True
+
+
 cdef int text_timestamp(const unsigned char *p, Py_ssize_t n, bint with_zone, int64_t *out) noexcept nogil:
     """ISO timestamp[tz] text -> Unix microseconds (UTC for timestamptz).
 
@@ -1133,8 +1191,13 @@ cdef int text_timestamp(const unsigned char *p, Py_ssize_t n, bint with_zone, in
     if text_is(p, n, b"-infinity", 9):
         out[0] = INT64_MIN
         return 0
-    if (scan_date(p, n, &i, &y, &m, &d) < 0 or scan_char(p, n, &i, 32) < 0
-            or scan_clock(p, n, &i, 2, 2, &h, &rest) < 0 or h > 23):
+    if not iso_fixed_prefix(p, n, &y, &m, &d, &h, &rest, &i):
+        # the general path: years of 5+ digits, and everything malformed
+        i = 0
+        if (scan_date(p, n, &i, &y, &m, &d) < 0 or scan_char(p, n, &i, 32) < 0
+                or scan_clock(p, n, &i, 2, 2, &h, &rest) < 0):
+            return -1
+    if h > 23:
         return -1
     if with_zone and scan_offset(p, n, &i, &east) < 0:
         return -1
@@ -1385,18 +1448,18 @@ cdef int _parse_text(Column *c, const unsigned char *p, Py_ssize_t n, const char
             why[0] = b"invalid int4 text"
             return -1
         i32 = <int32_t>i64
-        return push_fixed(c, &i32, why)
+        return PGO_PUSH_FIXED(c, &i32, 4, why, push_fixed_slow)
     elif kind == K_INT8:
         if text_int(p, n, INT64_MIN, INT64_MAX, &i64) < 0:
             why[0] = b"invalid int8 text"
             return -1
-        return push_fixed(c, &i64, why)
+        return PGO_PUSH_FIXED(c, &i64, 8, why, push_fixed_slow)
     elif kind == K_INT2:
         if text_int(p, n, INT16_MIN, INT16_MAX, &i64) < 0:
             why[0] = b"invalid int2 text"
             return -1
         i16 = <int16_t>i64
-        return push_fixed(c, &i16, why)
+        return PGO_PUSH_FIXED(c, &i16, 2, why, push_fixed_slow)
     elif kind == K_BOOL:
         if n == 1 and (p[0] == 116 or p[0] == 102):
             if col_push_bool(c, p[0] == 116) < 0:
@@ -1409,13 +1472,13 @@ cdef int _parse_text(Column *c, const unsigned char *p, Py_ssize_t n, const char
         if text_float(p, n, False, &f64) < 0:
             why[0] = b"invalid float8 text"
             return -1
-        return push_fixed(c, &f64, why)
+        return PGO_PUSH_FIXED(c, &f64, 8, why, push_fixed_slow)
     elif kind == K_FLOAT4:
         if text_float(p, n, True, &f64) < 0:
             why[0] = b"invalid float4 text"
             return -1
         f32 = <float>f64
-        return push_fixed(c, &f32, why)
+        return PGO_PUSH_FIXED(c, &f32, 4, why, push_fixed_slow)
     elif kind == K_DECIMAL:
         return text_decimal(c, p, n, why)
     elif kind == K_TIMESTAMPTZ or kind == K_TIMESTAMP:
@@ -1425,19 +1488,19 @@ cdef int _parse_text(Column *c, const unsigned char *p, Py_ssize_t n, const char
             return -1
         if r == 1:
             return 1
-        return push_fixed(c, &i64, why)
+        return PGO_PUSH_FIXED(c, &i64, 8, why, push_fixed_slow)
     elif kind == K_DATE:
         if text_date(p, n, &i32) < 0:
             why[0] = b"invalid or out-of-range date text"
             return -1
-        return push_fixed(c, &i32, why)
+        return PGO_PUSH_FIXED(c, &i32, 4, why, push_fixed_slow)
     elif kind == K_TIME:
         if text_time(p, n, &i64) < 0:
             why[0] = b"invalid time text"
             return -1
         if i64 == PGO_USECS_PER_DAY:
             return 1                   # 24:00:00 is outside Arrow's time64 range
-        return push_fixed(c, &i64, why)
+        return PGO_PUSH_FIXED(c, &i64, 8, why, push_fixed_slow)
     elif kind == K_INTERVAL:
         r = text_interval(p, n, &mdn)
         if r < 0:
@@ -1445,12 +1508,12 @@ cdef int _parse_text(Column *c, const unsigned char *p, Py_ssize_t n, const char
             return -1
         if r == 1:
             return 1
-        return push_fixed(c, &mdn, why)
+        return PGO_PUSH_FIXED(c, &mdn, 16, why, push_fixed_slow)
     elif kind == K_UUID:
         if text_uuid(p, n, uuid) < 0:
             why[0] = b"invalid uuid text"
             return -1
-        return push_fixed(c, uuid, why)
+        return PGO_PUSH_FIXED(c, uuid, 16, why, push_fixed_slow)
     elif kind == K_BYTEA:
         return text_bytea(c, p, n, why)
     elif kind == K_OID:
@@ -1458,7 +1521,7 @@ cdef int _parse_text(Column *c, const unsigned char *p, Py_ssize_t n, const char
             why[0] = b"invalid oid text"
             return -1
         u32 = <uint32_t>i64
-        return push_fixed(c, &u32, why)
+        return PGO_PUSH_FIXED(c, &u32, 4, why, push_fixed_slow)
     elif kind == K_ARRAY:
         return text_array(c, p, n, why)
     why[0] = b"unknown value kind"
