@@ -16,7 +16,7 @@ from pgoutput_fast import _native
 from pgoutput_fast.decoder import Decoder
 
 ROWS = corpus.DEFAULT_ROWS
-WORKLOADS = [("narrow", "text"), ("narrow", "binary"), ("wide", "text"), ("wide", "binary")]
+WORKLOADS = [(w, m) for w in ("narrow", "wide", "toast", "stream") for m in ("text", "binary")]
 _cache = {}
 
 

@@ -36,7 +36,8 @@ def add_arguments(p) -> None:
     p.add_argument("--rows", type=int, default=None,
                    help="rows of the narrow workload (default: the corpus default, 2,000,000; "
                         "the wide one has a fifth)")
-    p.add_argument("--workloads", default="narrow,wide", help="comma-separated: narrow, wide")
+    p.add_argument("--workloads", default="narrow,wide,toast,stream",
+                   help="comma-separated: narrow, wide, toast, stream")
     p.add_argument("--modes", default="text,binary", help="comma-separated: text, binary")
     p.add_argument("--repeat", type=int, default=3, help="runs per measurement (median)")
     p.add_argument("--slice", type=int, default=50_000,
@@ -46,14 +47,15 @@ def add_arguments(p) -> None:
 
 
 def commit_bounded_slice(msgs, lsns, n):
-    """The first n messages, extended to the end of the transaction open there."""
+    """The first n messages, extended to the end of the transaction open there (a Commit,
+    or a Stream Commit for streamed transactions)."""
     import numpy as np
 
     offsets = msgs.buffers()[1]
     width = 8 if str(msgs.type) == "large_binary" else 4
     starts = np.frombuffer(offsets, np.int64 if width == 8 else np.int32)[msgs.offset:msgs.offset + len(msgs)]
     first = np.frombuffer(msgs.buffers()[2], np.uint8)[starts]
-    commits = np.nonzero(first == ord("C"))[0]
+    commits = np.nonzero((first == ord("C")) | (first == ord("c")))[0]
     i = np.searchsorted(commits, n - 1)
     end = int(commits[i]) + 1 if i < len(commits) else len(msgs)
     return msgs.slice(0, end), lsns[:end]
@@ -210,6 +212,8 @@ def run(args) -> int:
                 r["pypgoutput"] = "not installed (pip install pypgoutput==0.0.3)"
             elif mode == "binary":
                 r["pypgoutput"] = peers.PYPGOUTPUT_BINARY
+            elif w == "stream":
+                r["pypgoutput"] = peers.PYPGOUTPUT_STREAM
             else:
                 r["slice_pypgoutput_s"] = _median_time(lambda: peers.pypgoutput_decode(raw), 1)
             del raw, sl
@@ -279,5 +283,6 @@ def _print_table(results, rows):
             print(f"{name:15s} {'peak memory (typed)':22s} {r['peak_extra_bytes'] / 1e6:,.0f} MB above the "
                   f"loaded input ({nb / 1e6:,.0f} MB input, {r['output_bytes'] / 1e6:,.0f} MB output)")
         print()
-    print(f"narrow: {rows:,} rows; slices: the first messages up to a commit. time/memcpy: decode "
+    print(f"narrow: {rows:,} rows (wide and stream a fifth, toast a fortieth: see "
+          f"pgoutput_fast.bench.corpus); slices: the first messages up to a commit. time/memcpy: decode "
           f"time over np.copy time of the same bytes; vs peers: peer time over our time, same slice")

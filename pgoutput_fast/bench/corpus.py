@@ -3,10 +3,17 @@
     python -m pgoutput_fast.bench.corpus [--rows N]   # build every workload (text + binary)
     python benchmarks/corpus.py [--rows N]             # the same
 
-Workloads (each captured in text and binary mode, protocol 1):
+Workloads (each captured in text and binary mode):
   narrow   10 columns of mixed int/text/timestamp/numeric/bool types:
-           inserts, then updates of a third and deletes of a sixth of the rows
-  wide     50 columns (the narrow mix repeated), inserts
+           inserts, then updates of a third and deletes of a sixth of the rows (protocol 1)
+  wide     50 columns (the narrow mix repeated), inserts (protocol 1)
+  toast    TOAST-heavy: 4 KiB values stored out of line; inserts, an update of every row
+           that leaves them unchanged (sent as 'u'), an update of a quarter that
+           rewrites them (protocol 1); a fortieth of the narrow row count
+  stream   streamed transactions (protocol 2, streaming on, logical_decoding_work_mem
+           64kB): the narrow columns inserted in transactions of 20,000 rows, each with a
+           savepoint rolled back (a subtransaction abort inside the stream), a fifth of
+           the narrow row count
 Captured with COPY (SELECT lsn, data FROM pg_logical_slot_peek_binary_changes(...)) so
 that millions of messages move quickly; stored as framed capture files (.pgoc) under
 benchmarks/.corpus/ in a source checkout, else ~/.cache/pgoutput_fast/corpus (override:
@@ -46,11 +53,62 @@ NARROW_COLS = [
 
 
 def _workloads(rows):
+    """name -> (table, columns, rows, kind)."""
     wide_cols = [(f"{n}{k}", t, e) for k in range(5) for n, t, e in NARROW_COLS][:48]
     return {
-        "narrow": ("bench_narrow", NARROW_COLS, rows, True),
-        "wide": ("bench_wide", wide_cols, max(rows // 5, 1000), False),
+        "narrow": ("bench_narrow", NARROW_COLS, rows, "churn"),
+        "wide": ("bench_wide", wide_cols, max(rows // 5, 1000), "insert"),
+        "toast": ("bench_toast", TOAST_COLS, max(rows // 40, 100), "toast"),
+        "stream": ("bench_stream", NARROW_COLS, max(rows // 5, 1000), "stream"),
     }
+
+
+#: the TOAST workload: a small column that changes and a 4 KiB one that mostly does not
+TOAST_COLS = [
+    ("a", "int4", "(g %% 1000)::int4"),
+    ("body", "text", "repeat(md5(g::text), 128)"),
+]
+STREAM_TXN_ROWS = 20_000
+STREAM_ROLLED_BACK = 1_000          # rows inserted after the savepoint, then rolled back
+
+
+def expected_rows(workload: str, rows: int) -> int:
+    """Row changes the workload commits (what a correct decoder must produce), from the
+    SQL it runs, so that tests can check the corpus and the decode against it."""
+    _, _, n, kind = _workloads(rows)[workload]
+    if kind == "churn":
+        return n + len(range(0, n, 3)) + len(range(1, n, 6))
+    if kind == "toast":
+        return n + n + len(range(0, n, 4))
+    return n
+
+
+def _run_workload(cur, table, cols, n, kind):
+    select = ", ".join(e.replace("%%", "%") for _, _, e in cols)
+    if kind == "toast":
+        # out of line and uncompressed, so an update that leaves it alone sends 'u'
+        cur.execute(f"ALTER TABLE {table} ALTER COLUMN body SET STORAGE EXTERNAL")
+    batch = 100_000 if kind != "stream" else STREAM_TXN_ROWS
+    for lo in range(0, n, batch):
+        hi = min(n, lo + batch)
+        if kind == "stream":
+            # one transaction, streamed (work_mem 64kB when decoding); the savepoint's
+            # rows are sent inside the stream and discarded by a Stream Abort of the subxact
+            cur.execute("BEGIN")             # (the connection is in autocommit mode)
+            cur.execute(f"INSERT INTO {table} SELECT g, {select} FROM generate_series({lo}, {hi - 1}) g")
+            cur.execute("SAVEPOINT s")
+            cur.execute(f"INSERT INTO {table} SELECT g, {select} FROM generate_series({n + lo}, "
+                        f"{n + lo + STREAM_ROLLED_BACK - 1}) g")
+            cur.execute("ROLLBACK TO SAVEPOINT s")
+            cur.execute("COMMIT")
+        else:
+            cur.execute(f"INSERT INTO {table} SELECT g, {select} FROM generate_series({lo}, {hi - 1}) g")
+    if kind == "churn":
+        cur.execute(f"UPDATE {table} SET a = a + 1, c = c || '-u', h = h + 1 WHERE id % 3 = 0")
+        cur.execute(f"DELETE FROM {table} WHERE id % 6 = 1")
+    elif kind == "toast":
+        cur.execute(f"UPDATE {table} SET a = a + 1")
+        cur.execute(f"UPDATE {table} SET body = repeat(md5((id + 1)::text), 128) WHERE id % 4 = 0")
 
 
 def path_for(workload: str, mode: str, rows: int) -> str:
@@ -107,26 +165,23 @@ def build(rows: int = DEFAULT_ROWS, verbose: bool = True) -> None:
         conn = srv.connect()
         cur = conn.cursor()
         session_settings(conn)
-        for workload, (table, cols, n, churn) in todo.items():
+        for workload, (table, cols, n, kind) in todo.items():
             t0 = time.time()
             coldefs = ", ".join(f"{c} {t}" for c, t, _ in cols)
             cur.execute(f"DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (id int8 PRIMARY KEY, {coldefs})")
             cur.execute(f"DROP PUBLICATION IF EXISTS pub_{table}; CREATE PUBLICATION pub_{table} FOR TABLE {table}")
             slot = f"slot_{table}"
             cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
-            select = ", ".join(e.replace("%%", "%") for _, _, e in cols)
-            batch = 100_000
-            for lo in range(0, n, batch):
-                hi = min(n, lo + batch)
-                cur.execute(f"INSERT INTO {table} SELECT g, {select} FROM generate_series({lo}, {hi - 1}) g")
-            if churn:
-                cur.execute(f"UPDATE {table} SET a = a + 1, c = c || '-u', h = h + 1 WHERE id % 3 = 0")
-                cur.execute(f"DELETE FROM {table} WHERE id % 6 = 1")
+            _run_workload(cur, table, cols, n, kind)
             wait_for_wal_flush(conn)
             for mode in ("text", "binary"):
                 opts = {"proto_version": "1", "publication_names": f"pub_{table}"}
+                if kind == "stream":
+                    opts.update(proto_version="2", streaming="on")
                 if mode == "binary":
                     opts["binary"] = "true"
+                # the decoding happens in this session: a small work_mem makes it stream
+                cur.execute("SET logical_decoding_work_mem = %s", ("64kB" if kind == "stream" else "1GB",))
                 count = _copy_capture(conn, slot, opts, path_for(workload, mode, rows))
                 if verbose:
                     size = os.path.getsize(path_for(workload, mode, rows))

@@ -4,11 +4,16 @@ TupleData splitter, the floor any pure-Python decoder reaches."""
 
 import struct
 
-__all__ = ["pypgoutput_decode", "struct_split", "have_pypgoutput", "PYPGOUTPUT_BINARY"]
+__all__ = ["pypgoutput_decode", "struct_split", "have_pypgoutput", "PYPGOUTPUT_BINARY",
+           "PYPGOUTPUT_STREAM"]
 
 #: what pypgoutput does with binary mode (recorded instead of a number)
 PYPGOUTPUT_BINARY = ("cannot decode binary mode: its TupleData reader ignores the 'b' kind "
                      "without reading the value, so every later column is misread (no error)")
+#: what it does with streamed transactions (protocol 2+)
+PYPGOUTPUT_STREAM = ("cannot decode streamed transactions: it has no Stream Start/Stop/Commit/"
+                     "Abort messages, and its Insert/Update/Delete readers take the xid that "
+                     "streaming adds for the relation id (every change misread)")
 
 
 def have_pypgoutput() -> bool:
@@ -56,14 +61,16 @@ def _split_tuple(m, pos):
 
 
 def struct_split(raw):
-    """Split every I/U/D into its column values (bytes), nothing more."""
+    """Split every I/U/D into its column values (bytes), nothing more (inside a stream
+    block, after the xid that streaming adds)."""
     rows = 0
+    skip = 0                        # 4 inside Stream Start .. Stream Stop
     for m in raw:
         t = m[0]
         if t == 73:
-            _split_tuple(m, 6)
+            _split_tuple(m, 6 + skip)
         elif t == 85 or t == 68:
-            pos = 5
+            pos = 5 + skip
             if m[pos] in (75, 79):
                 _, pos = _split_tuple(m, pos + 1)
                 if t == 85:
@@ -71,6 +78,10 @@ def struct_split(raw):
             elif t == 85:
                 _split_tuple(m, pos + 1)
         else:
+            if t == 83:
+                skip = 4
+            elif t == 69:
+                skip = 0
             continue
         rows += 1
     return rows
