@@ -714,3 +714,121 @@ def test_transaction_larger_than_memory(pg_server, tmp_path, streaming):
     workload._exec(conn, f"DROP PUBLICATION IF EXISTS {schema}_pub")
     workload._exec(conn, f"DROP SCHEMA {schema} CASCADE")
     conn.close()
+
+
+# --------------------------------------------------------------------------------------
+# protocol 4: resuming inside streamed transactions (streaming=parallel)
+# --------------------------------------------------------------------------------------
+
+def _wait(cond, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.postgres
+def test_protocol4_resume_inside_streamed_transactions(pg_server_16, tmp_path):
+    """Protocol 4, streaming=parallel, two-phase, on PostgreSQL 16+: the walsender is
+    terminated while a streamed transaction has blocks in durable segments (once one
+    that then commits, once one that is then prepared and committed). On reconnect the
+    capture writes a Stream Abort for it (abort_lsn 0) and the server streams it again
+    from its first change. Decoded: every committed row once, nothing of a savepoint
+    rolled back or of a transaction rolled back, equal to SELECT."""
+    import struct
+
+    pg = pg_server_16
+    conn = pg.connect()
+    workload._exec(conn, "DROP SCHEMA IF EXISTS pgo_p4 CASCADE")
+    workload._exec(conn, "CREATE SCHEMA pgo_p4")
+    workload._exec(conn, "CREATE TABLE pgo_p4.t (id serial PRIMARY KEY, txn int, pad text)")
+    workload._exec(conn, "CREATE PUBLICATION pgo_p4_pub FOR TABLE pgo_p4.t")
+    workload.create_slot(conn, "p4_slot", two_phase=True)
+    out = str(tmp_path / "cap")
+    stop = threading.Event()
+    box: dict = {}
+    cfg = CaptureConfig(pg.dsn(), "p4_slot", "pgo_p4_pub", out, proto_version="4",
+                        streaming="parallel", two_phase=True, binary=True,
+                        segment_bytes=32 << 10, segment_seconds=0.05, progress="off")
+
+    def target():
+        try:
+            box["result"] = capture.run_capture(cfg, stop)
+        except BaseException as exc:
+            box["error"] = exc
+
+    def insert(cur, txn, n):
+        cur.execute("INSERT INTO pgo_p4.t (txn, pad) SELECT %s, repeat('x', 40) || g "
+                    "FROM generate_series(1, %s) g", (txn, n))
+
+    def open_stream_durable():
+        st = capture.load_state(out)
+        return st is not None and bool(st.open_streams)
+
+    def kill_walsender():
+        pid = _walsender_pid(conn, "p4_slot")
+        assert pid, "no walsender"
+        workload._exec(conn, "SELECT pg_terminate_backend(%s)", (pid,))
+        _wait(lambda: _walsender_pid(conn, "p4_slot") not in (None, pid), "the reconnection")
+
+    th = threading.Thread(target=target)
+    th.start()
+    session = pg.connect()
+    cur = session.cursor()
+    try:
+        _wait(lambda: _walsender_pid(conn, "p4_slot"), "the capture to connect")
+        # 1: streamed, a savepoint rolled back, interrupted, then committed
+        cur.execute("BEGIN")
+        insert(cur, 1, 2000)
+        cur.execute("SAVEPOINT s")
+        insert(cur, -1, 500)
+        cur.execute("ROLLBACK TO SAVEPOINT s")
+        _wait(open_stream_durable, "durable blocks of the open streamed transaction")
+        kill_walsender()
+        insert(cur, 1, 1000)
+        cur.execute("COMMIT")
+        # 2: streamed, interrupted, prepared, committed prepared
+        cur.execute("BEGIN")
+        insert(cur, 2, 2000)
+        _wait(open_stream_durable, "durable blocks of the second streamed transaction")
+        kill_walsender()
+        cur.execute("PREPARE TRANSACTION 'p4_gid'")
+        cur.execute("COMMIT PREPARED 'p4_gid'")
+        # 3: streamed and rolled back at the top level; 4: small
+        cur.execute("BEGIN")
+        insert(cur, -3, 2000)
+        cur.execute("ROLLBACK")
+        before = sqlcapture.parse_pg_lsn(workload._exec(conn, "SELECT pg_current_wal_lsn()::text")[0][0])
+        insert(cur, 4, 1)
+        _wait(lambda: (capture.load_state(out).durable_lsn > before), "the last commit to be durable")
+    finally:
+        stop.set()
+        th.join(60)
+        session.close()
+    assert "error" not in box, box.get("error")
+    assert box["result"].reconnects >= 2, box["result"]
+
+    seg = capture.read_segments(out)
+    synthetic = [struct.unpack(">xIIQq", bytes(d)) for lsn, d in
+                 zip(seg.column("lsn").to_pylist(), seg.column("data").to_pylist())
+                 if lsn == 0 and d[:1] == b"A"]
+    assert len(synthetic) >= 2 and all(x == sub and a == 0 for x, sub, a, _ in synthetic), synthetic
+    kinds = collections.Counter(bytes(d[:1]) for d in seg.column("data").to_pylist())
+    assert kinds[b"c"] == 1 and kinds[b"p"] == 1 and kinds[b"K"] == 1, kinds
+    changesets, dec = _decode_dir(out)
+    assert dec.pending()["open_transaction"] is None and not dec.pending()["streams"]
+    ids, txns = [], []
+    for cs in changesets:
+        t = cs.tables.get("pgo_p4.t")
+        if t is not None:
+            ids += t.column("id").to_pylist()
+            txns += t.column("txn").to_pylist()
+    assert len(ids) == len(set(ids)), "a row appeared twice"
+    assert collections.Counter(txns) == {1: 3000, 2: 2000, 4: 1}
+    with conn.cursor() as c:
+        c.execute("SELECT id, txn FROM pgo_p4.t")
+        assert sorted(c.fetchall()) == sorted(zip(ids, txns))
+    workload.drop_slot(conn, "p4_slot")
+    workload._exec(conn, "DROP PUBLICATION IF EXISTS pgo_p4_pub")
+    workload._exec(conn, "DROP SCHEMA pgo_p4 CASCADE")
+    conn.close()
