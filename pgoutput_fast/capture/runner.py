@@ -20,11 +20,6 @@ from .stream import CaptureError, ConnectionLost, ReplicationStream, choose_opti
 
 __all__ = ["CaptureConfig", "CaptureResult", "run_capture"]
 
-#: message types that only occur inside B..C, b..P or S..E (Origin, Relation and Type
-#: too, except the Relation/Type the resume filter keeps from a dropped duplicate,
-#: which it emits itself)
-_INSIDE = frozenset(b"IUDTORY")
-
 #: what a buffered message costs beyond its bytes (bytes object, int, list slots, tuple)
 _MSG_OVERHEAD = 120
 
@@ -337,31 +332,53 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
         seg_bytes += len(msg)
         seg_messages += 1
     try:
-        batch: list = []
+        # one read: the messages, and the indices of those that are not changes inside
+        # a transaction (``ctrl``): only those go through the tracker one by one; the runs
+        # of changes between them are moved to the chunk as slices
+        b_lsns: list = []
+        b_datas: list = []
+        ctrl: list = []
         read_bytes = max(64 << 10, cfg.memory_bytes // 8)
         while True:
-            batch.clear()
-            stream.read(0.1, out=batch, max_bytes=read_bytes)
-            if batch:
+            got = stream.read_into(0.1, b_lsns, b_datas, ctrl, read_bytes)
+            if got:
                 received_any = True
             due_by_time = seg_messages and time.monotonic() - seg_started >= cfg.segment_seconds
             process = tracker.process
-            for lsn, data in batch:
-                if data[0] in _INSIDE and not tracker.skipping:
-                    # a change inside a transaction or block: no cut point, nothing to track
-                    lsns.append(lsn)
-                    datas.append(data)
-                    n = len(data)
-                    chunk_cost += n + _MSG_OVERHEAD
-                    seg_bytes += n
-                    seg_messages += 1
-                    if chunk_cost >= chunk_limit:
-                        # also inside a transaction larger than memory: the chunk goes to
-                        # the open segment's temp file, which is renamed (and acknowledged)
+            prev = 0
+            ctrl.append(got)     # the run after the last control message
+            for i in ctrl:
+                if i > prev:
+                    if not tracker.skipping:
+                        # changes inside a transaction or block: no cut point, nothing to
+                        # track. Also inside a transaction larger than memory the chunk
+                        # goes to the open segment's temp file, renamed (and acknowledged)
                         # only at a boundary
-                        flush_chunk()
-                    continue
-                keep = process(lsn, data)
+                        run = b_datas[prev:i]
+                        lsns.extend(b_lsns[prev:i])
+                        datas.extend(run)
+                        nb = sum(map(len, run))
+                        del run
+                        chunk_cost += nb + _MSG_OVERHEAD * (i - prev)
+                        seg_bytes += nb
+                        seg_messages += i - prev
+                        if chunk_cost >= chunk_limit:
+                            flush_chunk()
+                    else:
+                        # inside a re-sent duplicate: dropped, but for Relation/Type
+                        for j in range(prev, i):
+                            keep = process(b_lsns[j], b_datas[j])
+                            if keep is not None:
+                                lsns.append(b_lsns[j])
+                                datas.append(keep)
+                                chunk_cost += len(keep) + _MSG_OVERHEAD
+                                seg_bytes += len(keep)
+                                seg_messages += 1
+                if i == got:
+                    break
+                prev = i + 1
+                lsn = b_lsns[i]
+                keep = process(lsn, b_datas[i])
                 if keep is None:
                     continue
                 lsns.append(lsn)
@@ -378,8 +395,10 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
                         flush_chunk()
                 elif chunk_cost >= chunk_limit:
                     flush_chunk()
-            batch.clear()
-            if not batch and seg_messages and tracker.at_boundary and (
+            b_lsns.clear()
+            b_datas.clear()
+            ctrl.clear()
+            if not got and seg_messages and tracker.at_boundary and (
                     due_by_time or stop_event.is_set()
                     or (cfg.until_lsn is not None and stream.server_wal_end >= cfg.until_lsn)):
                 close_segment()
