@@ -540,6 +540,39 @@ def test_reconnect_after_walsender_terminated(pg_server, tmp_path):
 
 
 @pytest.mark.postgres
+def test_read_without_memory_view(pg_server, tmp_path, monkeypatch):
+    """The receive loop's fallback (``ctypes.string_at``, where a view of the process
+    memory is not available, e.g. 32-bit) reads the same messages."""
+    from pgoutput_fast.capture import stream as stream_mod
+
+    monkeypatch.setattr(stream_mod, "_MEMORY", None)
+    conn = pg_server.connect()
+    workload._exec(conn, "DROP SCHEMA IF EXISTS pgo_mv CASCADE")
+    workload._exec(conn, "CREATE SCHEMA pgo_mv")
+    workload._exec(conn, "CREATE TABLE pgo_mv.t (id int PRIMARY KEY, v text)")
+    workload._exec(conn, "CREATE PUBLICATION pgo_mv_pub FOR TABLE pgo_mv.t")
+    workload.create_slot(conn, "mv_slot")
+    for i in range(5):
+        workload._exec(conn, "INSERT INTO pgo_mv.t SELECT g, md5(g::text) FROM generate_series(%s, %s) g",
+                       (i * 300, i * 300 + 299))
+    end = sqlcapture.wait_for_wal_flush(conn)
+    out = str(tmp_path / "cap")
+    r = capture.run_capture(CaptureConfig(pg_server.dsn(), "mv_slot", "pgo_mv_pub", out, until_lsn=end,
+                                          progress="off", max_reconnects=0))
+    assert r.messages == 5 * 302 + 1, r      # B, R (first), 300 I, C per transaction
+    got = [(i, v) for cs in _decode_dir(out)[0] if "pgo_mv.t" in cs.tables
+           for i, v in zip(cs.tables["pgo_mv.t"].column("id").to_pylist(),
+                           cs.tables["pgo_mv.t"].column("v").to_pylist())]
+    with conn.cursor() as cur:
+        cur.execute("SELECT id, v FROM pgo_mv.t ORDER BY id")
+        assert got == cur.fetchall()
+    workload.drop_slot(conn, "mv_slot")
+    workload._exec(conn, "DROP PUBLICATION pgo_mv_pub")
+    workload._exec(conn, "DROP SCHEMA pgo_mv CASCADE")
+    conn.close()
+
+
+@pytest.mark.postgres
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
 def test_postgres_restart_mid_capture(tmp_path, mode):
     """PostgreSQL itself restarts (a clean shutdown, and a crash) while capture runs: it
