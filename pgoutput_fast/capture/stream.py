@@ -410,7 +410,7 @@ class ReplicationStream:
         unpack_x = _XLOG_HEAD.unpack_from
         append_lsn, append_data = lsns.append, datas.append
         inside = INSIDE_TYPES
-        waited = False
+        waited = drained = False
         wal_end_max = self.server_wal_end
         budget = max_bytes
         while budget > 0:
@@ -457,7 +457,14 @@ class ReplicationStream:
             self.server_wal_end = wal_end_max
             if n == 0:
                 if len(datas) > n0 or waited:
-                    break
+                    if drained:
+                        break
+                    # what arrived on the socket meanwhile, without waiting: bigger reads,
+                    # fewer rounds of the capture loop
+                    drained = True
+                    if lib.PQconsumeInput(pg) != 1:
+                        raise self._error("reading from the server")
+                    continue
                 self.maybe_status()
                 r, _, _ = select.select([self._sock], [], [], max(0.0, min(timeout, self.status_interval)))
                 waited = True
