@@ -214,7 +214,12 @@ def _runnable_bindir(bindir, uid, gid):
     if runs(bindir):
         return bindir
     root = os.path.dirname(os.path.realpath(bindir))
-    key = hashlib.sha1(f"{root}:{os.stat(os.path.join(bindir, 'postgres')).st_mtime_ns}".encode())
+    # keyed by the server binary's content: the same build installed into another
+    # (temporary) virtualenv reuses the copy
+    key = hashlib.sha1()
+    with open(os.path.join(bindir, "postgres"), "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            key.update(block)
     dest = os.path.join(tempfile.gettempdir(), f"pgoutput_fast_pgbin_{key.hexdigest()[:12]}")
     if not runs(os.path.join(dest, "bin")):
         part = f"{dest}.partial.{os.getpid()}"
