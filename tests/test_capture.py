@@ -584,7 +584,7 @@ def test_read_without_memory_view(pg_server, tmp_path, monkeypatch):
     with conn.cursor() as cur:
         cur.execute("SELECT id, v FROM pgo_mv.t ORDER BY id")
         assert got == cur.fetchall()
-    workload.drop_slot(conn, "mv_slot")
+    _drop_slot(conn, "mv_slot")
     workload._exec(conn, "DROP PUBLICATION pgo_mv_pub")
     workload._exec(conn, "DROP SCHEMA pgo_mv CASCADE")
     conn.close()
@@ -761,7 +761,7 @@ def test_transaction_larger_than_memory(pg_server, tmp_path, streaming):
         cur.execute(f"SELECT id, md5(v) FROM {schema}.t")
         truth = dict(cur.fetchall())
     assert len(got) == BIG_ROWS + 100 and got == truth
-    workload.drop_slot(conn, slot)
+    _drop_slot(conn, slot)
     workload._exec(conn, f"DROP PUBLICATION IF EXISTS {schema}_pub")
     workload._exec(conn, f"DROP SCHEMA {schema} CASCADE")
     conn.close()
@@ -776,6 +776,13 @@ def _wait(cond, what, timeout=30.0):
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+def _drop_slot(conn, slot):
+    """Drop ``slot`` once its walsender has gone (it exits just after the capture closed
+    the connection)."""
+    _wait(lambda: not _walsender_pid(conn, slot), f"the walsender of {slot} to exit")
+    workload.drop_slot(conn, slot)
 
 
 @pytest.mark.postgres
@@ -879,7 +886,7 @@ def test_protocol4_resume_inside_streamed_transactions(pg_server_16, tmp_path):
     with conn.cursor() as c:
         c.execute("SELECT id, txn FROM pgo_p4.t")
         assert sorted(c.fetchall()) == sorted(zip(ids, txns))
-    workload.drop_slot(conn, "p4_slot")
+    _drop_slot(conn, "p4_slot")
     workload._exec(conn, "DROP PUBLICATION IF EXISTS pgo_p4_pub")
     workload._exec(conn, "DROP SCHEMA pgo_p4 CASCADE")
     conn.close()
