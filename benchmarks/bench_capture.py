@@ -8,15 +8,23 @@ fresh slots created before the workload, so every round reads the same WAL:
 * ``capture``: segments written as Parquet (zstd), fsynced, renamed, checkpointed,
   acknowledged (``run_capture(until_lsn=end)``).
 
+``test_capture_vs_pg_recvlogical_paired`` runs the two alternately (recvlogical, capture;
+then capture, recvlogical; ...), so that a machine whose load changes during the run
+(2 cores shared with other jobs) weighs on both alike, and reports the ratio of the
+medians and each one's CPU time per message (capture: both of its threads;
+pg_recvlogical: the child's user + system time).
+
 Run: ``pytest benchmarks/bench_capture.py --benchmark-only`` (PGOUTPUT_FAST_CAPTURE_ROWS
 sets the size, default 300000).
 """
 
 import os
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -39,7 +47,7 @@ def server():
     conn = pg.connect()
     workload._exec(conn, "CREATE TABLE bench (id int PRIMARY KEY, a int8, b text, c timestamptz, d float8)")
     workload._exec(conn, "CREATE PUBLICATION bench_pub FOR TABLE bench")
-    slots = {f"{tool}{i}" for tool in ("cap", "recv") for i in range(ROUNDS + 1)}
+    slots = {f"{tool}{i}" for tool in ("cap", "recv", "pcap", "precv") for i in range(ROUNDS + 1)}
     for s in sorted(slots):
         workload.create_slot(conn, s)
     for lo in range(0, ROWS, 1000):
@@ -109,3 +117,72 @@ def test_capture_segments(benchmark, server):
     assert n == r.messages > ROWS
     record(benchmark, "capture: pgoutput_fast.capture -> Parquet segments", rows=ROWS * 6 // 5,
            messages=r.messages, bytes=r.bytes, baseline="capture: pg_recvlogical -> /dev/null")
+
+
+def _recvlogical_once(server, slot):
+    from pgoutput_fast.testing.sqlcapture import text_lsn
+
+    pg = server["pg"]
+    cmd = [os.path.join(pg.bindir, "pg_recvlogical"), "-d", pg.dsn(), "--slot", slot, "--start",
+           "-f", "/dev/null", "--no-loop", "-E", text_lsn(server["end"]),
+           "-o", f"proto_version={_proto(pg)}", "-o", "publication_names=bench_pub",
+           "-o", "binary=true"]
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    assert os.waitstatus_to_exitcode(status) == 0, p.stderr.read().decode()
+    p.stderr.close()
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def _capture_once(server, slot):
+    from pgoutput_fast.capture import CaptureConfig, run_capture
+
+    out = tempfile.mkdtemp(prefix="pgoutput_fast_bench_capture_")
+    try:
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
+        t = time.perf_counter()
+        r = run_capture(CaptureConfig(server["pg"].dsn(), slot, "bench_pub", out, binary=True,
+                                      until_lsn=server["end"], progress="off"))
+        wall = time.perf_counter() - t
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), r
+
+
+@pytest.mark.benchmark(group="capture")
+def test_capture_vs_pg_recvlogical_paired(benchmark, server):
+    import statistics
+
+    from benchutil import NOTES, RESULTS
+
+    runs: dict = {"recv": [], "cap": []}
+    result = None
+
+    def pairs():
+        nonlocal result
+        for i in range(ROUNDS):
+            for tool in (("recv", "cap") if i % 2 == 0 else ("cap", "recv")):
+                slot = _next_slot(server, "p" + tool)
+                if tool == "recv":
+                    runs["recv"].append(_recvlogical_once(server, slot))
+                else:
+                    wall, cpu, result = _capture_once(server, slot)
+                    runs["cap"].append((wall, cpu))
+
+    benchmark.pedantic(pairs, rounds=1, iterations=1, warmup_rounds=0)
+    assert result is not None and result.messages > ROWS
+    med = {k: statistics.median(w for w, _ in v) for k, v in runs.items()}
+    cpu = {k: statistics.median(c for _, c in v) for k, v in runs.items()}
+    sizes = {"messages": result.messages, "bytes": result.bytes, "rows": ROWS * 6 // 5}
+    RESULTS["capture (paired): pg_recvlogical -> /dev/null"] = {"median": med["recv"], **sizes}
+    RESULTS["capture (paired): pgoutput_fast.capture -> Parquet"] = {
+        "median": med["cap"], **sizes, "baseline": "capture (paired): pg_recvlogical -> /dev/null"}
+    benchmark.extra_info["vs pg_recvlogical"] = round(med["recv"] / med["cap"], 2)
+    NOTES.append(f"capture (paired, {ROUNDS} rounds each, alternating): {result.messages:,} messages, "
+                 f"{result.bytes / 1e6:.1f} MB; wall median capture {med['cap']:.2f} s, "
+                 f"pg_recvlogical {med['recv']:.2f} s ({med['recv'] / med['cap']:.2f}x); CPU per "
+                 f"message capture {cpu['cap'] / result.messages * 1e6:.2f} us, pg_recvlogical "
+                 f"{cpu['recv'] / result.messages * 1e6:.2f} us")

@@ -1,6 +1,7 @@
 """Shared helpers of the benchmark suites: throughput records and same-run ratios."""
 
 RESULTS = {}  # name -> dict(median=seconds, bytes=..., rows=..., messages=...)
+NOTES = []    # free-form lines printed after the throughput table
 
 
 def record(benchmark, name, **sizes):

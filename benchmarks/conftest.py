@@ -13,7 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
-from benchutil import RESULTS  # noqa: E402
+from benchutil import NOTES, RESULTS  # noqa: E402
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -30,6 +30,8 @@ def pytest_terminal_summary(terminalreporter):
         if "messages" in info:
             parts.append(f"{info['messages'] / info['median'] / 1e6:7.2f} M msgs/s")
         tr.write_line(f"{name:48s} " + "  ".join(parts))
+    for line in NOTES:
+        tr.write_line(line)
     ratios = []
     for name, info in RESULTS.items():
         bases = info.get("baseline") or []

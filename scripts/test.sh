@@ -7,6 +7,7 @@ source "$(dirname "$0")/_setup.sh"
 cd "$ROOT"
 ensure_postgres
 ensure_venv test
+ensure_pg16 "$VENV/bin/python"
 
 status=0
 for impl in native python; do

@@ -74,6 +74,7 @@ log "fresh virtualenv with the repaired wheel and its [test] extra"
 "$PY" -m venv "$WORK/venv"
 VPY="$WORK/venv/bin/python"
 quietly install "$VPY" -m pip install "$WHEEL[test]"
+ensure_pg16 "$VPY"
 
 log "tests against the installed wheel, from $WORK/run (PGOUTPUT_FAST_IMPL=native)"
 mkdir "$WORK/run"

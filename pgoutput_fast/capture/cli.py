@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -59,6 +60,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="rotate a segment after this much message data (default 64MB)")
     p.add_argument("--segment-seconds", type=float, default=10.0, metavar="S",
                    help="rotate a non-empty segment after this long (default 10)")
+    p.add_argument("--memory-budget", type=_size, default=256 << 20, metavar="BYTES",
+                   help="message data held in memory at most (received, queued for the "
+                        "writer, being encoded), whatever the transaction size: a larger "
+                        "transaction goes to the open segment in chunks (default 256MB)")
     p.add_argument("--until-lsn", type=_lsn, default=None, metavar="LSN",
                    help="exit 0 once everything up to LSN is durable and confirmed")
     p.add_argument("--progress", choices=["auto", "tty", "log", "off"], default="auto",
@@ -73,7 +78,7 @@ def run(args) -> int:
         proto_version=args.proto_version, binary=args.binary, messages=args.messages,
         streaming=args.streaming, two_phase=args.two_phase, origin=args.origin,
         segment_bytes=args.segment_size, segment_seconds=args.segment_seconds,
-        until_lsn=args.until_lsn, progress=args.progress,
+        memory_bytes=args.memory_budget, until_lsn=args.until_lsn, progress=args.progress,
         # tests: widen the window between a durable checkpoint and its status update
         ack_delay=float(os.environ.get("PGOUTPUT_FAST_CAPTURE_ACK_DELAY", "0") or 0))
     stop = threading.Event()
@@ -90,7 +95,14 @@ def run(args) -> int:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+    if args.progress == "log" or (args.progress == "auto" and not sys.stderr.isatty()):
+        print(json.dumps({"event": "done", "messages": result.messages, "bytes": result.bytes,
+                          "transactions": result.transactions, "segments": result.segments,
+                          "flush_lsn": format_lsn(result.flush_lsn),
+                          "seconds": round(result.seconds, 3), "peak_rss": result.peak_rss}),
+              file=sys.stderr)
     print(f"captured {result.messages:,} messages ({result.bytes / 1e6:.1f} MB), "
           f"{result.transactions:,} transactions in {result.segments} segments; "
-          f"confirmed {format_lsn(result.flush_lsn)}", file=sys.stderr)
+          f"confirmed {format_lsn(result.flush_lsn)}; peak RSS {result.peak_rss / 2**20:.0f} MiB",
+          file=sys.stderr)
     return 0

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pyarrow as pa
 
 from ..lsn import format_lsn
@@ -19,10 +20,8 @@ from .stream import CaptureError, ConnectionLost, ReplicationStream, choose_opti
 
 __all__ = ["CaptureConfig", "CaptureResult", "run_capture"]
 
-#: message types that only occur inside B..C, b..P or S..E (Origin, Relation and Type
-#: too, except the Relation/Type the resume filter keeps from a dropped duplicate,
-#: which it emits itself)
-_INSIDE = frozenset(b"IUDTORY")
+#: what a buffered message costs beyond its bytes (bytes object, int, list slots, tuple)
+_MSG_OVERHEAD = 120
 
 
 class CaptureConfig:
@@ -31,7 +30,8 @@ class CaptureConfig:
     def __init__(self, dsn, slot, publication, out, *, create_slot=False,
                  proto_version="auto", binary=False, messages=False, streaming=None,
                  two_phase=False, origin=None, segment_bytes=64 << 20, segment_seconds=10.0,
-                 chunk_bytes=8 << 20, until_lsn=None, progress="auto", log_interval=10.0,
+                 chunk_bytes=8 << 20, memory_bytes=256 << 20, until_lsn=None, progress="auto",
+                 log_interval=10.0,
                  max_backoff=30.0, max_reconnects=None, stop_timeout=60.0, write_delay=0.0,
                  compression="zstd", ack_delay=0.0):
         self.dsn = dsn
@@ -47,7 +47,11 @@ class CaptureConfig:
         self.origin = origin
         self.segment_bytes = segment_bytes
         self.segment_seconds = segment_seconds
-        self.chunk_bytes = min(chunk_bytes, segment_bytes)
+        #: the memory budget for message data held in the process (received, waiting
+        #: for the writer thread, being encoded): independent of transaction size, a
+        #: transaction larger than the budget is written to the open segment in chunks
+        self.memory_bytes = max(int(memory_bytes), 1 << 20)
+        self.chunk_bytes = max(64 << 10, min(chunk_bytes, segment_bytes, self.memory_bytes // 8, 1 << 30))
         self.until_lsn = until_lsn
         self.progress = progress
         self.log_interval = log_interval
@@ -71,6 +75,7 @@ class CaptureResult:
         self.reconnects = 0
         self.flush_lsn = 0
         self.seconds = 0.0
+        self.peak_rss = 0          # the process's peak resident set size, bytes
 
     def __repr__(self):
         return (f"CaptureResult(messages={self.messages}, bytes={self.bytes}, "
@@ -181,7 +186,8 @@ def run_capture(cfg: CaptureConfig, stop_event: threading.Event | None = None) -
                 progress.event("connected", server_version=stream.version_num, slot=cfg.slot,
                                confirmed_flush=format_lsn(confirmed),
                                durable=format_lsn(state.durable_lsn),
-                               command=options.command(cfg.slot))
+                               command=options.command(cfg.slot),
+                               peak_rss_mib=round(_peak_rss() / 2**20, 1))
                 received = _session(cfg, stream, options, state, confirmed, stop_event,
                                     progress, result)
                 if received:
@@ -204,7 +210,50 @@ def run_capture(cfg: CaptureConfig, stop_event: threading.Event | None = None) -
     finally:
         progress.done()
         result.seconds = time.monotonic() - t0
+        result.peak_rss = _peak_rss()
     return result
+
+
+def _chunk_arrays(lsns: list, datas: list, first_ordinal: int) -> list:
+    """The columns lsn, data, ordinal of a chunk, built from buffers: ``pa.array`` (on
+    a list or a NumPy array) imports pandas when it is installed, which costs a
+    capture ~60 MiB of memory and most of a second."""
+    n = len(datas)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, datas), np.int64, n), out=offsets[1:])
+    if offsets[-1] < 2**31:
+        offsets = offsets.astype(np.int32)
+        dtype = pa.binary()
+    else:
+        dtype = pa.large_binary()
+    data = pa.Array.from_buffers(dtype, n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(datas))])
+    if dtype != pa.binary():
+        data = data.cast(pa.binary())   # raises if the values do not fit: never for a chunk
+    return [_int64_array(np.array(lsns, np.int64)), data,
+            _int64_array(np.arange(first_ordinal, first_ordinal + n, dtype=np.int64))]
+
+
+def _int64_array(values) -> pa.Array:
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+def _peak_rss() -> int:
+    """This process's peak resident set size in bytes (0 if unknown). Linux: VmHWM,
+    which starts afresh at exec (``ru_maxrss`` keeps the high-water mark of the process
+    image before exec, e.g. a large parent that spawned the capture)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+    except ImportError:   # Windows
+        return 0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss if sys.platform == "darwin" else rss * 1024   # bytes on macOS, KiB elsewhere
 
 
 def _until_done(cfg, stream):
@@ -219,15 +268,16 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
     stream.start(cfg.slot, options, 0)
     stream.send_status()
     writer = SegmentWriter(cfg.out, compression=cfg.compression, write_delay=cfg.write_delay,
+                           max_bytes=cfg.memory_bytes // 2,
                            metadata={"slot": cfg.slot, "options": options.as_dict(),
                                      "server_version_num": stream.version_num})
     seq = state.last_segment + 1
     seg_base = result.segments
-    huge_chunk = 4 * cfg.chunk_bytes
+    chunk_limit = cfg.chunk_bytes
     next_ordinal = state.next_ordinal
     lsns: list = []
     datas: list = []
-    chunk_bytes = 0
+    chunk_cost = 0     # message bytes + _MSG_OVERHEAD per message (Python objects)
     seg_bytes = 0
     seg_messages = 0
     seg_started = time.monotonic()
@@ -238,18 +288,17 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
         stream.read(0.0, max_messages=0)
 
     def flush_chunk():
-        nonlocal lsns, datas, chunk_bytes, next_ordinal
+        nonlocal lsns, datas, chunk_cost, next_ordinal
         if not datas:
             return
         n = len(datas)
-        arrays = [pa.array(lsns, pa.int64()), pa.array(datas, pa.binary()),
-                  pa.array(range(next_ordinal, next_ordinal + n), pa.int64())]
+        arrays = _chunk_arrays(lsns, datas, next_ordinal)
+        lsns, datas = [], []     # free the Python objects before queueing the Arrow copy
+        chunk_cost = 0
         next_ordinal += n
         result.messages += n
-        result.bytes += chunk_bytes
+        result.bytes += arrays[1].buffers()[2].size
         writer.append(seq, arrays, keepalive=serve)
-        lsns, datas = [], []
-        chunk_bytes = 0
 
     def close_segment():
         nonlocal seq, seg_bytes, seg_messages, seg_started
@@ -279,48 +328,77 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
     for msg in synthetic:
         lsns.append(0)
         datas.append(msg)
-        chunk_bytes += len(msg)
+        chunk_cost += len(msg) + _MSG_OVERHEAD
         seg_bytes += len(msg)
         seg_messages += 1
     try:
-        batch: list = []
+        # one read: the messages, and the indices of those that are not changes inside
+        # a transaction (``ctrl``): only those go through the tracker one by one; the runs
+        # of changes between them are moved to the chunk as slices
+        b_lsns: list = []
+        b_datas: list = []
+        ctrl: list = []
+        read_bytes = max(64 << 10, cfg.memory_bytes // 8)
         while True:
-            batch.clear()
-            stream.read(0.1, out=batch)
-            if batch:
+            got = stream.read_into(0.1, b_lsns, b_datas, ctrl, read_bytes)
+            if got:
                 received_any = True
             due_by_time = seg_messages and time.monotonic() - seg_started >= cfg.segment_seconds
             process = tracker.process
-            for lsn, data in batch:
-                if data[0] in _INSIDE and not tracker.skipping:
-                    # a change inside a transaction or block: no cut point, nothing to track
-                    lsns.append(lsn)
-                    datas.append(data)
-                    n = len(data)
-                    chunk_bytes += n
-                    seg_bytes += n
-                    seg_messages += 1
-                    if chunk_bytes >= huge_chunk:
-                        flush_chunk()     # a huge transaction: bounded memory, segment stays open
-                    continue
-                keep = process(lsn, data)
+            prev = 0
+            ctrl.append(got)     # the run after the last control message
+            for i in ctrl:
+                if i > prev:
+                    if not tracker.skipping:
+                        # changes inside a transaction or block: no cut point, nothing to
+                        # track. Also inside a transaction larger than memory the chunk
+                        # goes to the open segment's temp file, renamed (and acknowledged)
+                        # only at a boundary
+                        run = b_datas[prev:i]
+                        lsns.extend(b_lsns[prev:i])
+                        datas.extend(run)
+                        nb = sum(map(len, run))
+                        del run
+                        chunk_cost += nb + _MSG_OVERHEAD * (i - prev)
+                        seg_bytes += nb
+                        seg_messages += i - prev
+                        if chunk_cost >= chunk_limit:
+                            flush_chunk()
+                    else:
+                        # inside a re-sent duplicate: dropped, but for Relation/Type
+                        for j in range(prev, i):
+                            keep = process(b_lsns[j], b_datas[j])
+                            if keep is not None:
+                                lsns.append(b_lsns[j])
+                                datas.append(keep)
+                                chunk_cost += len(keep) + _MSG_OVERHEAD
+                                seg_bytes += len(keep)
+                                seg_messages += 1
+                if i == got:
+                    break
+                prev = i + 1
+                lsn = b_lsns[i]
+                keep = process(lsn, b_datas[i])
                 if keep is None:
                     continue
                 lsns.append(lsn)
                 datas.append(keep)
                 n = len(keep)
-                chunk_bytes += n
+                chunk_cost += n + _MSG_OVERHEAD
                 seg_bytes += n
                 seg_messages += 1
                 if not (tracker.in_txn or tracker.in_block):
                     if seg_bytes >= cfg.segment_bytes or due_by_time:
                         close_segment()
                         due_by_time = False
-                    elif chunk_bytes >= cfg.chunk_bytes:
+                    elif chunk_cost >= chunk_limit:
                         flush_chunk()
-                elif chunk_bytes >= huge_chunk:
+                elif chunk_cost >= chunk_limit:
                     flush_chunk()
-            if not batch and seg_messages and tracker.at_boundary and (
+            b_lsns.clear()
+            b_datas.clear()
+            ctrl.clear()
+            if not got and seg_messages and tracker.at_boundary and (
                     due_by_time or stop_event.is_set()
                     or (cfg.until_lsn is not None and stream.server_wal_end >= cfg.until_lsn)):
                 close_segment()
@@ -350,6 +428,7 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
                     writer.abort_segment(seq, keepalive=serve)
                     seg_messages = 0
                     lsns, datas = [], []
+                    chunk_cost = 0
                     break
             progress.tick(_with_txns(result, tracker), stream)
     except BaseException:

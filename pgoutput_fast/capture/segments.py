@@ -351,12 +351,18 @@ class SegmentWriter:
     that ``durable`` holds the state's ``durable_lsn``: the flush position to send.
     """
 
-    def __init__(self, directory, *, compression="zstd", metadata=None, write_delay=0.0):
+    def __init__(self, directory, *, compression="zstd", metadata=None, write_delay=0.0,
+                 max_bytes=128 << 20):
         self.directory = directory
         self.compression = compression
         self.metadata = metadata or {}
         self.write_delay = write_delay     # tests: make writing slow on purpose
-        self.queue: queue.Queue = queue.Queue(maxsize=16)
+        self.queue: queue.Queue = queue.Queue(maxsize=64)
+        #: bytes of queued chunks not yet written (bounded by ``max_bytes``: a writer
+        #: slower than the stream holds the reader back, memory stays flat)
+        self.max_bytes = max_bytes
+        self.pending_bytes = 0
+        self._room = threading.Condition()
         self.lock = threading.Lock()
         self.durable = None                # CaptureState of the last durable segment
         self.segments_written = 0
@@ -382,8 +388,16 @@ class SegmentWriter:
                 if keepalive is not None:
                     keepalive()
 
-    def append(self, seq, table, keepalive=None):
-        self.put(("append", seq, table), keepalive)
+    def append(self, seq, arrays, keepalive=None):
+        size = sum(a.nbytes for a in arrays)
+        with self._room:
+            while self.pending_bytes and self.pending_bytes + size > self.max_bytes:
+                if self.error is not None:
+                    raise self.error
+                if not self._room.wait(0.2) and keepalive is not None:
+                    keepalive()
+            self.pending_bytes += size
+        self.put(("append", seq, (arrays, size)), keepalive)
 
     def close_segment(self, seq, state, keepalive=None):
         self.put(("close", seq, state), keepalive)
@@ -425,7 +439,15 @@ class SegmentWriter:
                                                         compression=self.compression,
                                                         use_dictionary=False,
                                                         write_statistics=["lsn", "ordinal"])
-                    self._writer.write_table(pa.Table.from_arrays(payload, schema=self._schema))
+                    arrays, size = payload
+                    payload = None
+                    try:
+                        self._writer.write_table(pa.Table.from_arrays(arrays, schema=self._schema))
+                    finally:
+                        del arrays
+                        with self._room:
+                            self.pending_bytes -= size
+                            self._room.notify_all()
                 elif kind == "abort":
                     self._discard()
                 elif kind == "close":

