@@ -522,6 +522,8 @@ cdef class Spool:
     cdef object file                   # spill file (binary, w+b) or None
     cdef Py_ssize_t file_size
     cdef dict first_pos                # subxid -> logical position of its first message
+    cdef uint32_t last_noted           # the subxid note_xid saw last (noted_any: valid)
+    cdef bint noted_any
     cdef list truncates                # per spooled Truncate: RelBuilders of its relids at arrival
     cdef public int32_t origin
     cdef public object xid
@@ -572,8 +574,12 @@ cdef class Spool:
         return 0
 
     cdef void note_xid(self, uint32_t subxid):
+        if self.noted_any and subxid == self.last_noted:
+            return                     # the common case: the same (sub)transaction again
         if subxid not in self.first_pos:
             self.first_pos[subxid] = self.size()
+        self.last_noted = subxid
+        self.noted_any = True
 
     cdef int abort_sub(self, uint32_t subxid) except -1:
         """Discard everything from where subxid first appeared (positional, like PG)."""
@@ -588,6 +594,7 @@ cdef class Spool:
             self.file_size = p
             self.mem.len = 0
         self.first_pos = {x: q for x, q in self.first_pos.items() if q < p}
+        self.noted_any = False
         return 0
 
     def chunks(self, Py_ssize_t chunk=1 << 24):
@@ -1013,12 +1020,18 @@ cdef class DecoderCore:
         if self.state == ST_STREAM or self.state == ST_PREPARE:
             # validate now, exactly as the replay will decode it, so a bad message fails
             # where it arrives and not at commit: a dry-run write, rolled back at once
+            # (outside B..C the builders hold only committed rows and the event buffers
+            # nothing uncommitted, so undoing this one change is undoing rb and the events)
             c.pos = start
             seq = self.ctx.seq
+            was_dirty = rb.dirty
             try:
                 self._write_dml(m, c, t, rb)
             finally:
-                self._rollback_open()
+                rb.rollback()
+                if not was_dirty and self.dirty and self.dirty[len(self.dirty) - 1] is rb:
+                    self.dirty.pop()
+                self._ev_truncate(self.ev_committed)
                 self.ctx.seq = seq
             return self._spool(m, REC_DML, rb.id, xid)
         self._fail("change outside a transaction", m, 0)
