@@ -42,6 +42,7 @@ Merge semantics (the same as PostgreSQL's apply worker, and as ``testing.image``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -132,19 +133,20 @@ def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = 
         if catalog is None:
             raise ValueError("apply_changes of change events needs catalog= (build_catalog): "
                              "the events hold text values, the snapshot typed columns")
-        from pyspark import StorageLevel
-
         from .decode import tables_of
 
         names = [table] if table else tables_of(catalog)
         defaults = column_defaults or {}
-        events = changes.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            return {name: apply_changes(events_to_typed(events, catalog, name), target, keys,
-                                        column_defaults=defaults.get(name))
-                    for name in names}
-        finally:
-            events.unpersist()
+        from pyspark import StorageLevel
+
+        with _uncompressed_cache(changes.sparkSession):
+            events = changes.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                return {name: apply_changes(events_to_typed(events, catalog, name), target, keys,
+                                            column_defaults=defaults.get(name))
+                        for name in names}
+            finally:
+                events.unpersist()
     return _apply_typed(changes, target, keys, column_defaults=column_defaults, table=table)
 
 
@@ -173,12 +175,33 @@ def _apply_typed(changes, target, keys=None, *, column_defaults: dict | None = N
     # decoded once: the summary below and the merge both read it
     from pyspark import StorageLevel
 
-    ch = ch.persist(StorageLevel.MEMORY_AND_DISK)
+    with _uncompressed_cache(spark):
+        ch = ch.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            return _apply(spark, ch, changes, target, table, key_cols, columns, versions,
+                          defaults, state, applied)
+        finally:
+            ch.unpersist()
+
+
+_COMPRESS = "spark.sql.inMemoryColumnarStorage.compressed"
+
+
+@contextlib.contextmanager
+def _uncompressed_cache(spark):
+    """Caches built inside are not column-compressed: a cache here lives for one apply
+    and is read twice, so compressing it costs more than it saves (bench_spark: building
+    it took 1.6x less time). The setting is read when a cache is filled, so it holds for
+    the whole block, and is restored after it."""
+    prev = spark.conf.get(_COMPRESS, None)
+    spark.conf.set(_COMPRESS, "false")
     try:
-        return _apply(spark, ch, changes, target, table, key_cols, columns, versions, defaults,
-                      state, applied)
+        yield
     finally:
-        ch.unpersist()
+        if prev is None:
+            spark.conf.unset(_COMPRESS)
+        else:
+            spark.conf.set(_COMPRESS, prev)
 
 
 def _apply(spark, ch, changes, target, table, key_cols, columns, versions, defaults, state,
@@ -470,7 +493,7 @@ def events_batch_to_typed(batch, catalog, table, binary_unknown: bool = False,
         ct = col_type[name]
         sent_binary = binary_unknown and (ct.kind == K_UNKNOWN or (ct.kind == K_ARRAY and
                                                                   ct.elem_kind == K_UNKNOWN))
-        vals = []
+        vals: list = []
         for r in rows:
             m = maps[r]
             s = None if m is None else m.get(name)
