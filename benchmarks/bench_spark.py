@@ -9,7 +9,8 @@ On the same data, in the same run, with one SparkSession ``local[2]``:
   reading the segments and moving the raw messages through a Python worker;
 * ``spark/decode-events``: ``decode(df, catalog)`` (the change-event table);
 * ``spark/decode-typed``: ``decode(df, catalog, table=...)``;
-* ``spark/apply``: ``apply_changes`` of the typed changes into a fresh snapshot.
+* ``spark/apply``: ``apply_changes`` of the typed changes into a fresh snapshot;
+* ``spark/apply-events``: ``apply_changes`` of the change events (``catalog=``).
 
 Every DataFrame is consumed with ``write.format("noop")``. The issue's bar: both decodes
 reach >= 50 % of the identity's rows/s (``test_decode_keeps_up_with_identity``).
@@ -149,6 +150,23 @@ def test_apply(benchmark, world):
 
     _run(benchmark, once, rounds=2)
     record(benchmark, "spark/apply", messages=world["messages"], rows=world["rows"])
+
+
+def test_apply_events(benchmark, world):
+    """apply_changes of the change-event DataFrame (text values parsed with the catalog's types)."""
+    from pgoutput_fast import spark as pgs
+
+    def once():
+        target = tempfile.mkdtemp(prefix="pgoutput_fast_bench_snap_")
+        try:
+            r = pgs.apply_changes(pgs.decode(world["df"], world["catalog"]), target,
+                                  catalog=world["catalog"])
+            assert r[TABLE]["changes"] == world["rows"]
+        finally:
+            shutil.rmtree(target, ignore_errors=True)
+
+    _run(benchmark, once, rounds=2)
+    record(benchmark, "spark/apply-events", messages=world["messages"], rows=world["rows"])
 
 
 def test_decode_keeps_up_with_identity(world):

@@ -7,21 +7,31 @@
     events = pgs.decode(df, catalog)                   # change-event DataFrame
     orders = pgs.decode(df, catalog, table="public.orders")   # typed DataFrame
     pgs.apply_changes(orders, "/data/snapshots")       # Parquet snapshot, LSN-guarded
+    pgs.apply_changes(events, "/data/snapshots", catalog=catalog)   # every table
 
-See ``decode`` (segment groups, catalogs per task, schema versions), ``types`` (Arrow
-types Spark cannot hold and how they are mapped), ``apply`` (snapshots) and
-``streaming`` (Structured Streaming over a growing segment directory).
+    # messages held one per row (with commit_lsn and a position), in any order:
+    rc = pgs.row_catalog(rows, position="ordinal")
+    rows.select(F.explode(pgs.decode_udf(rc)("data", "commit_lsn", "ordinal")))
+
+See ``decode`` (segment groups, catalogs per task, schema versions), ``rows``
+(``decode_udf``: one message per row, relation versions by commit position), ``types``
+(Arrow types Spark cannot hold and how they are mapped), ``apply`` (snapshots, from
+typed or event input) and ``streaming`` (Structured Streaming over a growing segment
+directory).
 """
 
-from .decode import (SegmentCatalog, build_catalog, decode, decode_udf, get_spark,
-                     read_segments, segment_groups, tables_of, typed_schema)
-from .apply import ApplyResult, SnapshotImage, apply_changes, read_snapshot, snapshot_state
+from .decode import (SegmentCatalog, build_catalog, decode, get_spark, read_segments,
+                     segment_groups, tables_of, typed_schema)
+from .rows import EVENT_FIELDS, RowCatalog, decode_rows, decode_udf, row_catalog
+from .apply import (ApplyResult, SnapshotImage, apply_changes, events_to_typed, read_snapshot,
+                    snapshot_state)
 from .streaming import process_new_segments, start_stream
 from .views import to_debezium, to_delta_cdf
 from .types import from_spark_array, spark_arrow_type, to_spark_array
 
-__all__ = ["read_segments", "build_catalog", "decode", "decode_udf", "segment_groups",
+__all__ = ["read_segments", "build_catalog", "decode", "decode_udf", "decode_rows", "row_catalog",
+           "RowCatalog", "EVENT_FIELDS", "segment_groups",
            "SegmentCatalog", "typed_schema", "tables_of", "get_spark", "spark_arrow_type",
-           "to_spark_array", "from_spark_array", "apply_changes", "read_snapshot", "snapshot_state",
+           "to_spark_array", "from_spark_array", "apply_changes", "events_to_typed", "read_snapshot", "snapshot_state",
            "SnapshotImage", "ApplyResult", "start_stream", "process_new_segments", "to_debezium",
            "to_delta_cdf"]

@@ -1,4 +1,8 @@
-"""Apply typed change DataFrames to Parquet table snapshots, idempotently.
+"""Apply change DataFrames to Parquet table snapshots, idempotently.
+
+The input is a typed DataFrame of one table (``decode(df, catalog, table=...)``) or the
+change-event DataFrame of any tables (``decode(df, catalog)``) with ``catalog=``: its
+text values are parsed into each table's typed columns first (``events_to_typed``).
 
 Layout of a target directory (one directory per table)::
 
@@ -38,6 +42,7 @@ Merge semantics (the same as PostgreSQL's apply worker, and as ``testing.image``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -45,7 +50,10 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["apply_changes", "snapshot_path", "read_snapshot", "snapshot_state", "ApplyResult",
+from ..catalog import RelationCatalog
+from ..types import K_ARRAY, K_UNKNOWN
+
+__all__ = ["apply_changes", "events_to_typed", "snapshot_path", "read_snapshot", "snapshot_state", "ApplyResult",
            "snapshot_rows", "SnapshotImage"]
 
 CURRENT = "_current.json"
@@ -109,10 +117,41 @@ def _switch(target, table, state):
 
 
 def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = None,
-                  table: str | None = None) -> ApplyResult:
-    """Merge a typed change DataFrame (``decode(df, catalog, table=...)``) into the
-    snapshot of its table under ``target``. Returns what was done (module doc)."""
-    from pyspark.sql import Window
+                  table: str | None = None, catalog=None):
+    """Merge changes into the table snapshots under ``target`` (module doc).
+
+    ``changes`` is either
+
+    * a typed DataFrame of one table (``decode(df, catalog, table=...)``): returns the
+      ``ApplyResult`` of that table; ``column_defaults`` is ``{column: value}``; or
+    * the change-event DataFrame (``decode(df, catalog)``, any tables): needs
+      ``catalog`` (types and keys); each table of the catalog (or only ``table``) is
+      converted with ``events_to_typed`` and applied as above. Returns
+      ``{table: ApplyResult}``; ``column_defaults`` is ``{table: {column: value}}``.
+    """
+    if _is_events(changes):
+        if catalog is None:
+            raise ValueError("apply_changes of change events needs catalog= (build_catalog): "
+                             "the events hold text values, the snapshot typed columns")
+        from .decode import tables_of
+
+        names = [table] if table else tables_of(catalog)
+        defaults = column_defaults or {}
+        from pyspark import StorageLevel
+
+        with _uncompressed_cache(changes.sparkSession):
+            events = changes.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                return {name: apply_changes(events_to_typed(events, catalog, name), target, keys,
+                                            column_defaults=defaults.get(name))
+                        for name in names}
+            finally:
+                events.unpersist()
+    return _apply_typed(changes, target, keys, column_defaults=column_defaults, table=table)
+
+
+def _apply_typed(changes, target, keys=None, *, column_defaults: dict | None = None,
+                 table: str | None = None) -> ApplyResult:
     from pyspark.sql import functions as F
 
     spark = changes.sparkSession
@@ -136,12 +175,33 @@ def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = 
     # decoded once: the summary below and the merge both read it
     from pyspark import StorageLevel
 
-    ch = ch.persist(StorageLevel.MEMORY_AND_DISK)
+    with _uncompressed_cache(spark):
+        ch = ch.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            return _apply(spark, ch, changes, target, table, key_cols, columns, versions,
+                          defaults, state, applied)
+        finally:
+            ch.unpersist()
+
+
+_COMPRESS = "spark.sql.inMemoryColumnarStorage.compressed"
+
+
+@contextlib.contextmanager
+def _uncompressed_cache(spark):
+    """Caches built inside are not column-compressed: a cache here lives for one apply
+    and is read twice, so compressing it costs more than it saves (bench_spark: building
+    it took 1.6x less time). The setting is read when a cache is filled, so it holds for
+    the whole block, and is restored after it."""
+    prev = spark.conf.get(_COMPRESS, None)
+    spark.conf.set(_COMPRESS, "false")
     try:
-        return _apply(spark, ch, changes, target, table, key_cols, columns, versions, defaults,
-                      state, applied)
+        yield
     finally:
-        ch.unpersist()
+        if prev is None:
+            spark.conf.unset(_COMPRESS)
+        else:
+            spark.conf.set(_COMPRESS, prev)
 
 
 def _apply(spark, ch, changes, target, table, key_cols, columns, versions, defaults, state,
@@ -342,3 +402,147 @@ class SnapshotImage:
 
     def column_types(self, name):
         return {f.name: f.type for f in self._schema(name)}
+
+
+# ======================================================================================
+# change events -> typed rows of one table
+# ======================================================================================
+
+def _is_events(df) -> bool:
+    return {"op", "relid", "after", "before"}.issubset(df.columns)
+
+
+def events_to_typed(events, catalog, table: str, binary_unknown: bool | None = None):
+    """The typed DataFrame of ``table`` (as ``decode(df, catalog, table=...)`` gives it)
+    from a change-event DataFrame, whose values are PostgreSQL text in
+    ``map<string,string>``: each value is parsed with the type of its column in the
+    table's latest version that has it (the type the snapshot holds), by the decoder's
+    own text parsers. ``_version`` is the latest version whose column names are the
+    event's (after-image names plus unchanged-TOAST names).
+
+    Types the decoder does not know: from a text capture their values are PostgreSQL's
+    text (string columns); from a binary capture (``binary_unknown``, by default the
+    catalog's ``binary``) the events hold the sent bytes as ``\\x`` hex, which are
+    turned back into those bytes (binary columns, as ``decode(..., table=)`` gives)."""
+    from .decode import _spark_schema, _versions, typed_schema
+
+    versions = _versions(catalog, table)
+    if binary_unknown is None:
+        binary_unknown = bool(getattr(catalog, "binary", False))
+    schema = typed_schema(catalog, table, binary_unknown)
+    out_schema = _spark_schema(schema, table, catalog)
+    relids = sorted({v.relid for v in versions})
+    fn = _events_typed_fn(RelationCatalog.to_json(catalog), table, binary_unknown)
+    from pyspark.sql import functions as F
+
+    sel = events.where(F.col("relid").isin(relids))
+    out = sel.mapInArrow(fn, out_schema)
+    return out.select(*[out[f.name].alias(f.name, metadata=f.metadata) if f.metadata else out[f.name]
+                        for f in out_schema.fields])
+
+
+def _events_typed_fn(cat_json, table, binary_unknown):
+    def run(batches):
+        cat = RelationCatalog.from_json(cat_json)
+        for b in batches:
+            if b.num_rows:
+                yield events_batch_to_typed(b, cat, table, binary_unknown)
+    return run
+
+
+def events_batch_to_typed(batch, catalog, table, binary_unknown: bool = False,
+                          spark: bool = True) -> pa.RecordBatch:
+    """One Arrow batch of change events (one table's) -> typed rows (``events_to_typed``)."""
+    import numpy as np
+
+    from .. import Value, _impl
+    from .decode import _versions, typed_schema
+    from .types import spark_arrow_type, to_spark_array
+
+    versions = _versions(catalog, table)
+    schema = typed_schema(catalog, table, binary_unknown)
+    col_type = {}
+    for v in versions:
+        for c, ct in zip(v.columns, v.column_types):
+            col_type[c.name] = ct
+    by_names = [(v.version, set(v.column_names)) for v in reversed(versions)]
+    data_fields = [f for f in schema if not f.name.startswith("_")]
+    n = batch.num_rows
+    col = {name: batch.column(name) for name in batch.schema.names}
+    ops = col["op"].to_pylist()
+    befores = col["before"].to_pylist()
+    afters = col["after"].to_pylist()
+    toasts = col["unchanged_toast"].to_pylist()
+    after_maps = [dict(a) if a is not None else None for a in afters]
+    before_maps = [dict(b) if b is not None else None for b in befores]
+    new_maps = [before_maps[i] if ops[i] == "d" else (after_maps[i] if ops[i] != "t" else None)
+                for i in range(n)]
+    specials: list[list] = [[] for _ in range(n)]
+    before_specials: list[list] = [[] for _ in range(n)]
+    version_ids = np.full(n, versions[-1].version, np.int32)
+    for i in range(n):
+        if ops[i] in ("c", "u"):
+            names = set(after_maps[i] or ()) | set(toasts[i] or ())
+            v = next((vid for vid, cols in by_names if cols == names), None)
+            if v is None:
+                raise ValueError(f"{table}: an event's columns {sorted(names)} match no "
+                                 "version of the relation in the catalog")
+            version_ids[i] = v
+
+    def parse(name, maps, rows, out_specials, prefix):
+        ct = col_type[name]
+        sent_binary = binary_unknown and (ct.kind == K_UNKNOWN or (ct.kind == K_ARRAY and
+                                                                  ct.elem_kind == K_UNKNOWN))
+        vals: list = []
+        for r in rows:
+            m = maps[r]
+            s = None if m is None else m.get(name)
+            if s is None:
+                vals.append(None)
+            elif sent_binary and s.startswith("\\x"):
+                vals.append(Value("b", bytes.fromhex(s[2:])))
+            else:
+                vals.append(Value("t", s.encode("utf-8", "surrogateescape")))
+        arr, special_idx = _impl.parse_values(col_type[name], vals)
+        for j in special_idx:
+            out_specials[rows[j]].append((prefix + name, maps[rows[j]][name]))
+        return arr
+
+    all_rows = list(range(n))
+    arrays = {}
+    for f in data_fields:
+        a = parse(f.name, new_maps, all_rows, specials, "")
+        arrays[f.name] = a if a.type == f.type else a.cast(f.type)
+    with_before = [i for i in range(n) if before_maps[i] is not None]
+    if with_before and data_fields:
+        children = []
+        for f in data_fields:
+            a = parse(f.name, before_maps, with_before, before_specials, "_before.")
+            children.append(a if a.type == f.type else a.cast(f.type))
+        dense = pa.StructArray.from_arrays(children, fields=data_fields)
+        idx = np.full(n, -1, np.int64)
+        idx[with_before] = np.arange(len(with_before))
+        before = dense.take(pa.array(idx, mask=idx < 0))
+    else:
+        before = pa.nulls(n, pa.struct(data_fields))
+    ts = col["commit_ts"]
+    ts = ts.cast(pa.timestamp("us", tz="UTC")) if ts.type != pa.timestamp("us", tz="UTC") else ts
+    meta = {"_op": col["op"], "_lsn": col["lsn"], "_commit_lsn": col["commit_lsn"],
+            "_commit_ts": ts, "_xid": col["xid"], "_seq": col["seq"], "_origin": col["origin"],
+            "_before": before, "_before_kind": col["before_kind"],
+            "_unchanged_toast": col["unchanged_toast"],
+            "_special": pa.array([(b + s) or None for b, s in zip(before_specials, specials)],
+                                 pa.map_(pa.string(), pa.string())),
+            "_version": pa.array(version_ids, pa.int32())}
+    out = []
+    for f in schema:
+        a = arrays[f.name] if f.name in arrays else meta[f.name]
+        if isinstance(a, pa.ChunkedArray):
+            a = a.combine_chunks()
+        if a.type != f.type:
+            a = a.cast(f.type)
+        out.append(to_spark_array(a) if spark else a)
+    if not spark:
+        return pa.RecordBatch.from_arrays(out, schema=schema)
+    return pa.RecordBatch.from_arrays(out, schema=pa.schema(
+        [pa.field(f.name, spark_arrow_type(f.type), f.nullable) for f in schema]))

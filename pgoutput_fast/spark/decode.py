@@ -46,7 +46,7 @@ import pyarrow as pa
 from ..catalog import RelationCatalog
 from .types import spark_arrow_type, to_spark_array
 
-__all__ = ["read_segments", "build_catalog", "decode", "decode_udf", "segment_groups",
+__all__ = ["read_segments", "build_catalog", "decode", "segment_groups",
            "SegmentCatalog", "typed_schema", "get_spark", "MESSAGE_COLUMNS"]
 
 MESSAGE_COLUMNS = ("lsn", "data", "ordinal", "segment")
@@ -59,9 +59,13 @@ _CATALOG_BYTES = b"RYSE"
 # a local SparkSession
 # ======================================================================================
 
-def get_spark(master: str = "local[*]", app_name: str = "pgoutput_fast", **conf):
+def get_spark(master: str = "local[*]", app_name: str = "pgoutput_fast", *, connect: bool = False,
+              **conf):
     """A SparkSession for local work: Python workers use this interpreter and import
-    this package from where it is imported now (a checkout works without installing)."""
+    this package from where it is imported now (a checkout works without installing).
+
+    ``connect=True``: a Spark Connect session on a local Connect server that PySpark
+    starts (``SparkSession.builder.remote(master)``; needs ``pyspark[connect]``)."""
     import sys
 
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -72,7 +76,8 @@ def get_spark(master: str = "local[*]", app_name: str = "pgoutput_fast", **conf)
         os.environ["PYTHONPATH"] = os.pathsep.join([pkg_root] + paths)
     from pyspark.sql import SparkSession
 
-    b = (SparkSession.builder.master(master).appName(app_name)
+    b = SparkSession.builder.remote(master) if connect else SparkSession.builder.master(master)
+    b = (b.appName(app_name)
          .config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.sql.shuffle.partitions", "4")
@@ -81,8 +86,15 @@ def get_spark(master: str = "local[*]", app_name: str = "pgoutput_fast", **conf)
          .config("spark.sql.execution.arrow.maxRecordsPerBatch", "10000"))
     for k, v in conf.items():
         b = b.config(k, v)
+    if connect:
+        # a Connect client cannot change these once its server runs
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return b.getOrCreate()
     spark = b.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR") if hasattr(spark, "sparkContext") else None
+    spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
@@ -371,8 +383,8 @@ def _spark_schema(arrow_schema: pa.Schema, table=None, catalog=None):
     return StructType(fields)
 
 
-def _conform(table: pa.Table, version, schema: pa.Schema) -> pa.RecordBatch:
-    """One version's typed rows in the unified schema, Spark-mapped."""
+def _conform(table: pa.Table, version, schema: pa.Schema, spark: bool = True) -> pa.RecordBatch:
+    """One version's typed rows in the unified schema, Spark-mapped (unless ``spark=False``)."""
     n = table.num_rows
     arrays = []
     data_fields = [f for f in schema if not f.name.startswith("_")]
@@ -398,7 +410,9 @@ def _conform(table: pa.Table, version, schema: pa.Schema) -> pa.RecordBatch:
                 arr = arr.cast(f.type)
         else:
             arr = pa.nulls(n, f.type)
-        arrays.append(to_spark_array(arr))
+        arrays.append(to_spark_array(arr) if spark else arr)
+    if not spark:
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(
         [pa.field(f.name, spark_arrow_type(f.type), f.nullable) for f in schema]))
 
@@ -487,80 +501,3 @@ def decode(df, catalog: SegmentCatalog, *, table: str | None = None,
 def tables_of(catalog) -> list:
     """Qualified names of the relations in a catalog, sorted."""
     return sorted({v.qualified_name for v in catalog.versions()})
-
-
-# ======================================================================================
-# decode_udf
-# ======================================================================================
-
-def decode_udf(catalog: RelationCatalog, *, binary_unknown: bool = False):
-    """A scalar Arrow UDF for data that already holds one message per row with its
-    transaction context: ``udf(data, lsn, commit_lsn, commit_ts_us, xid, seq)`` returns
-    a struct per row with the change event's fields (``op``, ``schema``, ``table``,
-    ``relid``, ``before``, ``before_kind``, ``after``, ``unchanged_toast``), null for
-    rows that are not a change (Insert/Update/Delete/Truncate). ``commit_ts_us`` is µs
-    since the Unix epoch. Relation messages are taken from ``catalog`` (the catalog as
-    of the rows' positions); stream-framed messages (with an xid) are not accepted.
-
-    Each row is decoded as a one-change transaction (a synthetic Begin/Commit built from
-    its context), in one ``Decoder.feed`` per Arrow batch.
-    """
-    from pyspark.sql.functions import pandas_udf
-    from pyspark.sql.types import StructType
-
-    from ..decoder import EVENT_SCHEMA
-
-    fields = [EVENT_SCHEMA.field(n) for n in ("op", "schema", "table", "relid", "before",
-                                              "before_kind", "after", "unchanged_toast")]
-    out_type = pa.struct(fields)
-    spark_type: StructType = _spark_schema(pa.schema(fields))
-    cat_json = catalog.to_json()
-    def _decode(data, lsn, commit_lsn, commit_ts, xid, seq):
-        import struct as _struct
-
-        from .. import Decoder
-
-        b_fmt = _struct.Struct(">cqqI")   # 'B', final_lsn, commit_ts (pg epoch µs), xid
-        c_fmt = _struct.Struct(">cBqqq")  # 'C', flags, commit_lsn, end_lsn, commit_ts
-
-        n = len(data)
-        msgs: list = []
-        lsns: list = []
-        rows: list = []
-        pg_epoch = 946_684_800_000_000
-        dv = data.to_pylist() if hasattr(data, "to_pylist") else list(data)
-        for i in range(n):
-            m = dv[i]
-            if m is None or m[:1] not in (b"I", b"U", b"D", b"T"):
-                continue
-            cl, ts, x = int(commit_lsn[i]), int(commit_ts[i]) - pg_epoch, int(xid[i])
-            msgs += [b_fmt.pack(b"B", cl, ts, x & 0xFFFFFFFF), m, c_fmt.pack(b"C", 0, cl, cl, ts)]
-            lsns += [cl, int(lsn[i]), cl]
-            rows.append(i)
-        events = []
-        if msgs:
-            from ..catalog import RelationCatalog as _RC
-
-            dec = Decoder(_RC.from_json(cat_json), events=True, tables=False,
-                          binary_unknown=binary_unknown)
-            ev = dec.feed(msgs, lsns).events
-            events = ev.select([f.name for f in fields]).to_pylist()
-        out: list = [None] * n
-        # one event per change message (a Truncate of several relations: the first)
-        j = 0
-        evi = 0
-        while j < len(rows) and evi < len(events):
-            out[rows[j]] = events[evi]
-            evi += 1
-            j += 1
-        return pa.array(out, out_type)
-
-    @pandas_udf(spark_type)  # type: ignore[call-overload]
-    def udf(data, lsn, commit_lsn, commit_ts, xid, seq):
-        import pandas as pd
-
-        arr = _decode(list(data), lsn.to_numpy(), commit_lsn.to_numpy(), commit_ts.to_numpy(),
-                      xid.to_numpy(), seq.to_numpy())
-        return pd.DataFrame(arr.to_pylist())
-
-    return udf
