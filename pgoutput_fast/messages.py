@@ -9,7 +9,7 @@ microseconds since 2000-01-01 UTC, with a ``*_time`` property giving a ``datetim
 Names (schema, relation, column, type, origin, prefix, GID) are ``str`` decoded as
 UTF-8 with ``surrogateescape``, so bytes that are not UTF-8 survive a round trip.
 ``Decoder`` is stricter: the names it puts into Arrow schemas and columns (Relation,
-Type, Origin) must be UTF-8 (``check_names_utf8``).
+Type, Origin) must be UTF-8 (``errors.check_names_utf8``).
 """
 
 from __future__ import annotations
@@ -267,41 +267,3 @@ for _cls in MESSAGE_TYPES.values():
     Message.register(_cls)
 del _cls
 
-
-def check_names_utf8(msg) -> None:
-    """Raise ``DecodeError`` when a name of a Relation, Type or Origin message is not
-    UTF-8 (it would become an Arrow field, table name or string value).
-
-    ``decode_message`` keeps such bytes as surrogate escapes; the decoders of both
-    implementations call this on the names they keep. The offset is the first bad byte,
-    counted from the message's type byte (with the stream XID when ``msg.xid`` is set).
-    """
-    from .errors import DecodeError
-
-    t = msg.type_byte
-    if t == "O":
-        fields = [(9, msg.name)]
-    elif t in ("R", "Y"):
-        pos = 5 + (4 if msg.xid is not None else 0)
-        fields = []
-        names = (msg.nspname, msg.relname) if t == "R" else (msg.nspname, msg.typname)
-        for name in names:
-            fields.append((pos, name))
-            pos += len(name.encode("utf-8", "surrogateescape")) + 1
-        if t == "R":
-            pos += 3                       # replica identity, column count
-            for col in msg.columns:
-                fields.append((pos + 1, col.name))
-                pos += 1 + len(col.name.encode("utf-8", "surrogateescape")) + 1 + 8
-    else:
-        return
-    for start, name in fields:
-        try:
-            name.encode("utf-8")
-        except UnicodeEncodeError:
-            raw = name.encode("utf-8", "surrogateescape")
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise DecodeError(f"name {raw!r} is not valid UTF-8", start + exc.start, t) from None
-            raise DecodeError(f"name {name!r} is not valid UTF-8", start, t) from None

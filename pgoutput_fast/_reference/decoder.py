@@ -44,8 +44,8 @@ import tempfile
 import numpy as np
 import pyarrow as pa
 
-from ..errors import DecodeError
-from ..messages import UNCHANGED_TOAST, Value, check_names_utf8
+from ..errors import DecodeError, check_names_utf8
+from ..messages import UNCHANGED_TOAST, Value
 from ..types import K_CHAR
 from .decode import _Reader, decode_message
 from .textformat import format_binary_values
