@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .decoder import ChangeSet
 
-__all__ = ["DecodeError"]
+__all__ = ["DecodeError", "check_names_utf8"]
 
 
 class DecodeError(ValueError):
@@ -45,3 +45,40 @@ class DecodeError(ValueError):
 
     def __reduce__(self):
         return (DecodeError, (self.reason, self.offset, self.message_type, self.message_index))
+
+
+def check_names_utf8(msg) -> None:
+    """Raise ``DecodeError`` when a name of a Relation, Type or Origin message is not
+    UTF-8 (it would become an Arrow field, table name or string value).
+
+    ``decode_message`` keeps such bytes as surrogate escapes; the decoders of both
+    implementations call this on the names they keep. The offset is the first bad byte,
+    counted from the message's type byte (with the stream XID when ``msg.xid`` is set).
+    """
+    t = msg.type_byte
+    if t == "O":
+        fields = [(9, msg.name)]
+    elif t in ("R", "Y"):
+        pos = 5 + (4 if msg.xid is not None else 0)
+        fields = []
+        names = (msg.nspname, msg.relname) if t == "R" else (msg.nspname, msg.typname)
+        for name in names:
+            fields.append((pos, name))
+            pos += len(name.encode("utf-8", "surrogateescape")) + 1
+        if t == "R":
+            pos += 3                       # replica identity, column count
+            for col in msg.columns:
+                fields.append((pos + 1, col.name))
+                pos += 1 + len(col.name.encode("utf-8", "surrogateescape")) + 1 + 8
+    else:
+        return
+    for start, name in fields:
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raw = name.encode("utf-8", "surrogateescape")
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DecodeError(f"name {raw!r} is not valid UTF-8", start + exc.start, t) from None
+            raise DecodeError(f"name {name!r} is not valid UTF-8", start, t) from None

@@ -8,6 +8,8 @@ Field names follow PROTOCOL.md in snake_case. LSNs are ``int``; timestamps are `
 microseconds since 2000-01-01 UTC, with a ``*_time`` property giving a ``datetime``.
 Names (schema, relation, column, type, origin, prefix, GID) are ``str`` decoded as
 UTF-8 with ``surrogateescape``, so bytes that are not UTF-8 survive a round trip.
+``Decoder`` is stricter: the names it puts into Arrow schemas and columns (Relation,
+Type, Origin) must be UTF-8 (``errors.check_names_utf8``).
 """
 
 from __future__ import annotations
@@ -264,3 +266,4 @@ class Message(metaclass=abc.ABCMeta):
 for _cls in MESSAGE_TYPES.values():
     Message.register(_cls)
 del _cls
+

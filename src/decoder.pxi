@@ -837,6 +837,7 @@ cdef class DecoderCore:
 
     cdef int _on_origin(self, const MsgRef *m) except -1:
         msg = decode_message(<const unsigned char[:m.n]>m.p)
+        check_names_utf8(msg)
         oid = self._origin_id(msg.name)
         if self.state == ST_TXN:
             self.ctx.origin = oid
@@ -848,6 +849,7 @@ cdef class DecoderCore:
 
     cdef int _on_catalog(self, const MsgRef *m, uint8_t t, uint32_t xid) except -1:
         msg = decode_message(<const unsigned char[:m.n]>m.p, in_stream=self.state == ST_STREAM)
+        check_names_utf8(msg)
         if self.state == ST_STREAM:
             self.cur.note_xid(xid)
         if t == 89:
@@ -1390,7 +1392,7 @@ cdef class DecoderCore:
                          const unsigned char *p, Py_ssize_t n, const char *why,
                          Py_ssize_t at) except -1:
         v = rb.version
-        shown = bytes(<const unsigned char[:min(n, 60)]>p)
+        shown = PyBytes_FromStringAndSize(<const char *>p, min(n, 60))
         reason = (<bytes>why).decode() if why != NULL else "bad value"
         self._fail(f"{reason}: column {v.column_names[i]!r} of {v.qualified_name} "
                    f"(type oid {v.columns[i].type_oid}, {'text' if kind == 116 else 'binary'}) "
@@ -1430,7 +1432,13 @@ cdef class DecoderCore:
         if buf_append(&mb.key_ids, &rb.name_ids[i], 4) < 0:
             raise MemoryError()
         if kind == 116:
-            if col_push_bytes(mb.values, p, n) < 0:
+            if n == 1 and p[0] >= 0x80 and rb.ctype[4 * i] == K_CHAR:
+                # "char" from PostgreSQL 14: the raw byte; shown as 15's \ooo, as typed
+                if char_as_text(&mb.values.data, p, 1, &why) < 0:
+                    raise MemoryError()
+            elif utf8_invalid_at(p, n) >= 0:
+                self._value_fail(m, rb, i, kind, p, n, WHY_UTF8, at)
+            elif col_push_bytes(mb.values, p, n) < 0:
                 raise MemoryError()
         else:
             rc = fmt_binary_as_text(rb.ctype[4 * i], rb.ctype[4 * i + 1], rb.ctype[4 * i + 2],

@@ -85,6 +85,7 @@ cdef const char *FMT_E_NUM_SIGN = b"numeric: invalid sign"
 cdef const char *FMT_E_NUM_DIGIT = b"numeric: invalid base-10000 digit"
 cdef const char *FMT_E_NUM_SCALE = b"numeric: invalid display scale"
 cdef const char *FMT_E_JSONB = b"jsonb: unsupported version (expected 1)"
+cdef const char *FMT_E_UTF8 = b"invalid UTF-8 in a text value"
 cdef const char *FMT_E_DATE = b"date out of range"
 cdef const char *FMT_E_TIME = b"time out of range"
 cdef const char *FMT_E_TZ = b"time zone displacement out of range"
@@ -1224,6 +1225,9 @@ cdef int fmt_value(int kind, int elem_kind, const unsigned char *p, Py_ssize_t n
     cdef int ieee_exp
     cdef FmtFloatBits fb
     if kind == FMTK_TEXT or kind == FMTK_BPCHAR or kind == FMTK_JSON:
+        if utf8_invalid_at(p, n) >= 0:
+            why[0] = FMT_E_UTF8
+            return -1
         return fmt_bytes(out, p, n, why)
     if kind == FMTK_INT4 or kind == FMTK_INT2 or kind == FMTK_INT8 or kind == FMTK_OID:
         if n != (2 if kind == FMTK_INT2 else 8 if kind == FMTK_INT8 else 4):
@@ -1304,6 +1308,9 @@ cdef int fmt_value(int kind, int elem_kind, const unsigned char *p, Py_ssize_t n
     if kind == FMTK_JSONB:
         if n < 1 or p[0] != 1:
             why[0] = FMT_E_JSONB
+            return -1
+        if utf8_invalid_at(p + 1, n - 1) >= 0:
+            why[0] = FMT_E_UTF8
             return -1
         return fmt_bytes(out, p + 1, n - 1, why)
     if kind == FMTK_DATE:

@@ -8,6 +8,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 
 from pgoutput_fast import messages as _m
+from pgoutput_fast.errors import check_names_utf8
 
 cdef object _tuple_new = tuple.__new__
 cdef object M_Begin = _m.Begin

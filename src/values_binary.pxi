@@ -490,7 +490,12 @@ cdef int _parse_binary(Column *c, const unsigned char *p, Py_ssize_t n, const ch
     cdef uint64_t u64
     cdef MonthDayNano mdn
     cdef int kind = c.kind
-    if kind == K_TEXT or kind == K_BPCHAR or kind == K_JSON or kind == K_BYTEA:
+    if kind == K_BYTEA:
+        return push_bytes(c, p, n, why)
+    if kind == K_TEXT or kind == K_BPCHAR or kind == K_JSON:
+        if utf8_invalid_at(p, n) >= 0:           # text send() converts to client_encoding
+            why[0] = WHY_UTF8
+            return -1
         return push_bytes(c, p, n, why)
     elif kind == K_INT4:
         if n != 4:
@@ -593,6 +598,9 @@ cdef int _parse_binary(Column *c, const unsigned char *p, Py_ssize_t n, const ch
     elif kind == K_JSONB:
         if n < 1 or p[0] != 1:
             why[0] = b"unsupported binary jsonb version (expected 1)"
+            return -1
+        if utf8_invalid_at(p + 1, n - 1) >= 0:
+            why[0] = WHY_UTF8
             return -1
         return push_bytes(c, p + 1, n - 1, why)
     elif kind == K_CHAR:

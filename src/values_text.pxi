@@ -580,6 +580,9 @@ cdef extern from *:
 # -- shared helpers (also used by values_binary.pxi) --------------------------------
 
 cdef const char *WHY_OOM = b"out of memory (or column larger than 2 GiB) in a column builder"
+# PostgreSQL sends text in client_encoding; the capture sets UTF8, and Arrow strings must be
+# valid UTF-8: anything else is a corrupt stream (or a session in another encoding).
+cdef const char *WHY_UTF8 = b"invalid UTF-8 in a text value"
 
 
 cdef void col_discard_partial(Column *c) noexcept nogil:
@@ -1339,11 +1342,17 @@ cdef int text_array(Column *c, const unsigned char *p, Py_ssize_t n, const char 
     cdef bint escaped, is_null
     cdef int r
     if n >= 1 and p[0] == 91:                 # '[' : explicit bounds, lower bound != 1
+        if utf8_invalid_at(p, n) >= 0:         # kept as text in _special
+            why[0] = WHY_UTF8
+            return -1
         return 1
     if n < 2 or p[0] != 123:
         why[0] = b"invalid array text (no opening brace)"
         return -1
     if p[1] == 123:                            # '{{' : more than one dimension
+        if utf8_invalid_at(p, n) >= 0:         # kept as text in _special
+            why[0] = WHY_UTF8
+            return -1
         return 1
     if p[1] == 125:                            # '{}'
         if n != 2:
@@ -1442,6 +1451,9 @@ cdef int _parse_text(Column *c, const unsigned char *p, Py_ssize_t n, const char
     if kind == K_TEXT or kind == K_BPCHAR or kind == K_JSON or kind == K_JSONB or kind == K_CHAR \
             or kind == K_NUMERIC_STR or kind == K_TIMETZ or kind == K_INET or kind == K_CIDR \
             or kind == K_MACADDR or kind == K_MACADDR8 or kind == K_UNKNOWN:
+        if utf8_invalid_at(p, n) >= 0:
+            why[0] = WHY_UTF8
+            return -1
         return push_bytes(c, p, n, why)      # PostgreSQL's text form is the value
     elif kind == K_INT4:
         if text_int(p, n, INT32_MIN, INT32_MAX, &i64) < 0:

@@ -101,8 +101,6 @@ def run_feed(dec, messages, lsn=None):
         return ("error", (exc.message_index, exc.offset, exc.message_type),
                 getattr(exc, "changes", None))
     except Exception as exc:  # noqa: BLE001 - compared between the implementations
-        # e.g. names that are not UTF-8 (decoded with surrogateescape) fail the Arrow
-        # export in both implementations (reported)
         return ("exception", type(exc).__name__, None)
 
 
@@ -162,9 +160,8 @@ def assert_results_equal(ra, rb, what="", validate=True):
 def feed_both(batches, as_arrow=True, validate=True, **kwargs):
     """Feed the same batches [(messages, lsns)] to both; compare after every feed.
 
-    ``validate``: also check every output table with ``validate(full=True)``. Damaged
-    input turns off this check: both implementations copy text values into string
-    columns without UTF-8 validation (reported).
+    ``validate``: also check every output table with ``validate(full=True)`` (UTF-8
+    included: text that is not UTF-8 is a DecodeError in both implementations).
     """
     decs = {name: make_decoder(impl, **kwargs) for name, impl in IMPLS.items()}
     fed = []
@@ -655,11 +652,6 @@ def feed_both_damaged(msgs, lsns, **options):
     if results[0] == ("exception", "OverflowError", None):
         # known native bug: a Begin/Commit LSN >= 2**63 raises OverflowError (reported)
         return
-    if ("exception", "UnicodeEncodeError", None) in results:
-        # a name damaged into non-UTF-8 (decoded with surrogateescape) cannot go into an
-        # Arrow string; native fails every export once such a relation is known, the
-        # reference only when a row of it is exported (reported)
-        return
     if results[0][0] != "ok" or results[1][0] != "ok":
         ref = results[1]
         if ref[0] == "error" and ref[1][0] is not None:
@@ -667,4 +659,4 @@ def feed_both_damaged(msgs, lsns, **options):
             if msgs[j][:1] in (b"I", b"U", b"D", b"T") and pending_context(msgs)[j] \
                     and results[0][:2] != ref[:2]:
                 return   # the known difference; everything else must agree
-    feed_both([(msgs, lsns)], validate=False, **options)
+    feed_both([(msgs, lsns)], **options)

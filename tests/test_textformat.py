@@ -540,7 +540,8 @@ KNOWN = [
     (ColumnType(K_JSONB), "017b7d", "{}"),
     (ColumnType(K_JSONB), "027b7d", None),
     (ColumnType(K_JSONB), "", None),
-    (ColumnType(K_TEXT), "68e96c6c6f", "h\udce9llo"),  # not UTF-8: surrogate escapes
+    (ColumnType(K_TEXT), "68e96c6c6f", None),  # not UTF-8 (LATIN1 "h\xe9llo"): DecodeError
+    (ColumnType(K_JSONB), "01e9", None),  # jsonb text part not UTF-8
     (ColumnType(K_DATE), "80000000", "-infinity"),
     (ColumnType(K_DATE), "7fffffff", "infinity"),
     (ColumnType(K_TIME), "000000141dd76000", "24:00:00"),

@@ -44,8 +44,9 @@ import tempfile
 import numpy as np
 import pyarrow as pa
 
-from ..errors import DecodeError
+from ..errors import DecodeError, check_names_utf8
 from ..messages import UNCHANGED_TOAST, Value
+from ..types import K_CHAR
 from .decode import _Reader, decode_message
 from .textformat import format_binary_values
 from .values import parse_values
@@ -118,6 +119,14 @@ def _fail(reason, data, offset):
 # (ColumnType, Value) -> None, or why parse_values rejects that value (a pure function
 # of both, so the answer is shared by all decoders; short values only)
 _VALUE_PROBLEMS = {}
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def format_binary(column_type, data: bytes) -> str:
@@ -423,6 +432,7 @@ class DecoderCore:
 
     def _on_origin(self, data):
         msg = decode_message(data)
+        check_names_utf8(msg)
         if self.state == TXN:
             self.ctx.origin = msg.name
         elif self.state in (STREAM, PREPARE):
@@ -432,6 +442,7 @@ class DecoderCore:
 
     def _on_catalog(self, data, lsn, t, xid):
         msg = decode_message(data, in_stream=self.state == STREAM)
+        check_names_utf8(msg)
         if self.state == STREAM:
             self.cur.note_xid(xid)
         if t == "Y":
@@ -664,8 +675,15 @@ class DecoderCore:
                 elif entry is not None:
                     if kind == "typed":
                         self._check_value(rel, i, entry, data, kat)
-                    elif kind == "events" and entry.format == "b" and not (key_only and not rel.is_key[i]):
-                        texts[i] = self._format_value(rel, i, entry, data, kat)
+                    elif kind == "events" and not (key_only and not rel.is_key[i]):
+                        if entry.format == "b":
+                            texts[i] = self._format_value(rel, i, entry, data, kat)
+                        elif (len(entry.data) == 1 and entry.data[0] >= 0x80
+                              and rel.version.column_types[i].kind == K_CHAR):
+                            # "char" from PostgreSQL 14: the raw byte; 15's \ooo, as typed
+                            texts[i] = b"\\%03o" % entry.data[0]
+                        elif not _is_utf8(entry.data):   # map<string,string> values
+                            self._value_fail(rel, i, entry, "invalid UTF-8 in a text value", data, kat)
             if broken is not None:
                 raise broken
         return tuple(entry for entry, _ in cols), texts
@@ -747,7 +765,7 @@ class DecoderCore:
             if e is None:
                 out.append((name, None))
             else:
-                out.append((name, e.data if e.format == "t" else texts[i]))
+                out.append((name, e.data if e.format == "t" and texts[i] is None else texts[i]))
         return out
 
     def _emit_truncate(self, rels, lsn, options):

@@ -42,6 +42,7 @@ E_NUM_SIGN = "numeric: invalid sign"
 E_NUM_DIGIT = "numeric: invalid base-10000 digit"
 E_NUM_SCALE = "numeric: invalid display scale"
 E_JSONB = "jsonb: unsupported version (expected 1)"
+E_UTF8 = "invalid UTF-8 in a text value"
 E_DATE = "date out of range"
 E_TIME = "time out of range"
 E_TZ = "time zone displacement out of range"
@@ -522,9 +523,17 @@ def _fmt_array(b: bytes, elem_kind: int) -> bytes:
 _INT_FORMATS = {K_INT2: ">h", K_INT4: ">i", K_INT8: ">q", K_OID: ">I"}
 
 
+def _utf8(b: bytes) -> bytes:
+    try:
+        b.decode("utf-8")
+    except UnicodeDecodeError:
+        _fail(E_UTF8)
+    return b
+
+
 def _format(kind: int, elem_kind: int, b: bytes) -> bytes:
     if kind in (K_TEXT, K_BPCHAR, K_JSON):
-        return b
+        return _utf8(b)
     if kind in _INT_FORMATS:
         fmt = _INT_FORMATS[kind]
         if len(b) != struct.calcsize(fmt):
@@ -551,7 +560,7 @@ def _format(kind: int, elem_kind: int, b: bytes) -> bytes:
     if kind == K_JSONB:
         if len(b) < 1 or b[0] != 1:
             _fail(E_JSONB)
-        return b[1:]
+        return _utf8(b[1:])
     if kind == K_DATE:
         if len(b) != 4:
             _fail(E_LENGTH)

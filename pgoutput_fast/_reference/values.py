@@ -349,10 +349,12 @@ def _text_array(ct: ColumnType, data: bytes):
     """'{...}' one-dimensional array text -> list (or SPECIAL)."""
     elem = ColumnType(ct.elem_kind, ct.elem_precision, ct.elem_scale)
     if data.startswith(b"["):
+        _utf8(data)  # kept as text in _special
         return SPECIAL  # explicit bounds: lower bound != 1
     if len(data) < 2 or data[0:1] != b"{":
         raise _Bad("invalid array text")
     if data[1:2] == b"{":
+        _utf8(data)
         return SPECIAL  # several dimensions
     if data[1:2] == b"}":
         if len(data) != 2:
@@ -399,12 +401,22 @@ def _text_array(ct: ColumnType, data: bytes):
     return out
 
 
+def _utf8(data: bytes) -> bytes:
+    """``data`` when it is valid UTF-8 (Arrow strings must be): PostgreSQL sends text in
+    client_encoding, which the capture sets to UTF8."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _Bad("invalid UTF-8 in a text value") from None
+    return data
+
+
 def _parse_text(ct: ColumnType, data: bytes):
     k = ct.kind
     if k == K_CHAR and len(data) == 1 and data[0] >= 0x80:
         return b"\\%03o" % data[0]  # PostgreSQL 14 prints the raw byte; 15+ prints \ooo
     if k in STRING_KINDS:
-        return data
+        return _utf8(data)
     if k == K_BOOL:
         if data == b"t":
             return True
@@ -605,8 +617,10 @@ def _parse_binary(ct: ColumnType, data: bytes):
     size = _BIN_SIZES.get(k)
     if size is not None and len(data) != size:
         raise _Bad("binary value has the wrong length for its type")
-    if k in (K_TEXT, K_BPCHAR, K_JSON, K_BYTEA, K_UNKNOWN):
+    if k in (K_BYTEA, K_UNKNOWN):
         return data
+    if k in (K_TEXT, K_BPCHAR, K_JSON):
+        return _utf8(data)  # text send() converts to client_encoding too
     if k == K_BOOL:
         return data != b"\x00"
     if k in (K_INT2, K_INT4, K_INT8):
@@ -648,7 +662,7 @@ def _parse_binary(ct: ColumnType, data: bytes):
     if k == K_JSONB:
         if data[:1] != b"\x01":
             raise _Bad("unsupported binary jsonb version")
-        return data[1:]
+        return _utf8(data[1:])
     if k == K_CHAR:
         b = data[0]
         if b == 0:
@@ -692,7 +706,7 @@ def _to_arrow(kind: int, values: list, arrow_type: pa.DataType, ct: ColumnType) 
         return pa.array([None if v is None else Decimal(f"{v}E-{ct.scale}") for v in values],
                         arrow_type)
     if pa.types.is_string(arrow_type):
-        return pa.array(values, pa.binary()).view(pa.string())  # no UTF-8 check, as native
+        return pa.array(values, pa.binary()).view(pa.string())  # checked by _utf8
     return pa.array(values, arrow_type)
 
 

@@ -294,6 +294,9 @@ class PostgresServer:
     # -- subprocess helpers ----------------------------------------------------------
     def _env(self):
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        # a sanitizer runtime preloaded into the tests' Python (scripts/sanitize.sh) is
+        # not for the server: postgres hangs under it
+        env.pop("LD_PRELOAD", None)
         env["LC_ALL"] = "C"
         env["LANG"] = "C"
         if self._uid is not None:

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing (atheris + libFuzzer) of decode_message, Decoder.feed and the
+# typed value parsers, native core against the reference twin (fuzz/harness.py).
+#
+#   bash fuzz/run.sh [SECONDS_PER_TARGET] [TARGET ...]     (default: 60 s, all targets)
+#
+# Builds the native extension with clang, -fsanitize=fuzzer-no-link,address,undefined
+# into build/fuzz/ (the normal build is untouched), seeds each target from the real
+# captures in tests/fixtures, and runs the targets one after the other. The corpus
+# grows in build/fuzz-corpus/TARGET (kept between runs); a crash, hang, sanitizer report
+# or native/reference difference writes build/fuzz-artifacts/TARGET-crash-* (or
+# timeout-*) and makes the script fail. Reproduce one with
+#   bash fuzz/run.sh repro TARGET FILE
+# Environment: FUZZ_JOBS=N runs N workers per target (libFuzzer -fork); FUZZ_FLAGS adds
+# libFuzzer flags.
+set -euo pipefail
+source "$(dirname "$0")/../scripts/_setup.sh"
+cd "$ROOT"
+
+seconds="${1:-60}"
+[ $# -gt 0 ] && shift
+targets=("$@")
+repro=""
+if [ "$seconds" = repro ]; then
+    repro="${targets[1]}"
+    targets=("${targets[0]}")
+fi
+[ ${#targets[@]} -eq 0 ] && targets=(decode_message feed values)
+
+BUILD="$ROOT/build/fuzz"
+CORPUS="$ROOT/build/fuzz-corpus"
+ARTIFACTS="$ROOT/build/fuzz-artifacts"
+
+[ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import pgoutput_fast._native" 2>/dev/null \
+    || ensure_venv test
+mapfile -t fuzz_reqs < <(pyproject_requirements fuzz)
+"$VENV/bin/python" -m pip install -q "${fuzz_reqs[@]}"
+if [ ! -f "$BUILD/.stamp" ] || [ -n "$(find src pgoutput_fast setup.py -newer "$BUILD/.stamp" -not -path '*/__pycache__*' -not -name '*.so' -print -quit)" ]; then
+    build_sanitized "fuzzer-no-link,address,undefined" "$BUILD"
+    touch "$BUILD/.stamp"
+fi
+
+ATHERIS_DIR="$("$VENV/bin/python" -c 'import atheris, os; print(atheris.path())')"
+export LD_PRELOAD="$ATHERIS_DIR/asan_with_fuzzer.so"
+# CPython itself leaks at exit and is not instrumented: no leak check here (see
+# scripts/sanitize.sh for the leak check); a huge allocation fails with MemoryError.
+export ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1:quarantine_size_mb=64:abort_on_error=0"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export PYTHONPATH="$BUILD"
+export PGOUTPUT_FAST_IMPL=native
+
+if [ -n "$repro" ]; then
+    exec "$VENV/bin/python" fuzz/harness.py "${targets[0]}" -runs=1 "$repro"
+fi
+
+mkdir -p "$CORPUS" "$ARTIFACTS"
+SEEDS="$ROOT/build/fuzz-seeds"
+[ -d "$SEEDS" ] || "$VENV/bin/python" fuzz/harness.py --seeds "$SEEDS" >/dev/null
+
+status=0
+for t in "${targets[@]}"; do
+    mkdir -p "$CORPUS/$t"
+    log "fuzzing $t for ${seconds}s (corpus build/fuzz-corpus/$t)"
+    flags=(-max_total_time="$seconds" -timeout=30 -rss_limit_mb=3072 -max_len=4096
+           -artifact_prefix="$ARTIFACTS/$t-" -print_final_stats=1)
+    [ -n "${FUZZ_JOBS:-}" ] && flags+=(-fork="$FUZZ_JOBS" -ignore_crashes=0)
+    # shellcheck disable=SC2086
+    if ! "$VENV/bin/python" fuzz/harness.py "$t" "${flags[@]}" ${FUZZ_FLAGS:-} "$CORPUS/$t" "$SEEDS/$t" \
+            >"$ARTIFACTS/$t.log" 2>&1; then
+        status=1
+        tail -60 "$ARTIFACTS/$t.log" >&2
+        log "FOUND a problem in $t: see build/fuzz-artifacts/ (reproduce: bash fuzz/run.sh repro $t FILE)"
+    fi
+    grep -E "stat::number_of_executed_units|stat::peak_rss_mb|^Done" "$ARTIFACTS/$t.log" | sed "s/^/  $t: /" >&2 || true
+done
+exit $status
