@@ -624,39 +624,9 @@ def test_generated_stream_damaged_parity(stream, data):
     feed_both_damaged(msgs, lsns, **data.draw(st.sampled_from(options)))
 
 
-def pending_context(msgs):
-    """Per message: True when it is inside S..E or b..P (spooled, not written)."""
-    out, state = [], None
-    for m in msgs:
-        t = m[:1]
-        if t in (b"S", b"b") and state is None:
-            state = t
-        out.append(state is not None)
-        if (t == b"E" and state == b"S") or (t == b"P" and state == b"b"):
-            state = None
-    return out
-
-
 def feed_both_damaged(msgs, lsns, **options):
-    """feed_both, tolerating the known native difference on spooled DML/Truncate.
-
-    Known native bug (reported): inside S..E and b..P the native core checks only a
-    change's structure on arrival; its column count, 'u' in an old tuple, values and
-    Truncate relids are checked when Stream Commit / Commit Prepared replays it, so the
-    error carries the index of that commit (or a structural error that comes later in
-    the message). The reference checks a spooled change on arrival exactly as a
-    direct one, in wire order.
-    """
-    results = [run_feed(make_decoder(impl, **options), pa.array(msgs, pa.binary()), lsns)
-               for impl in IMPLS.values()]
-    if results[0] == ("exception", "OverflowError", None):
-        # known native bug: a Begin/Commit LSN >= 2**63 raises OverflowError (reported)
-        return
-    if results[0][0] != "ok" or results[1][0] != "ok":
-        ref = results[1]
-        if ref[0] == "error" and ref[1][0] is not None:
-            j = ref[1][0]
-            if msgs[j][:1] in (b"I", b"U", b"D", b"T") and pending_context(msgs)[j] \
-                    and results[0][:2] != ref[:2]:
-                return   # the known difference; everything else must agree
+    """feed_both on a damaged stream: the same error (index, offset, type) and the same
+    output before it. Both implementations check a spooled change inside S..E and b..P
+    on arrival, exactly as a direct one, in wire order (the native core once checked
+    them at the commit that replays them; that difference is no longer tolerated)."""
     feed_both([(msgs, lsns)], **options)
