@@ -11,7 +11,7 @@ segments in parallel.
 from __future__ import annotations
 
 import json
-from typing import Iterable
+from typing import Iterable, TypeVar
 
 from .messages import Relation, RelationColumn, Type
 from .types import ColumnType, resolve_column_type
@@ -94,6 +94,9 @@ class RelationVersion:
                 f"from_lsn={self.from_lsn} ident={self.replident!r} ({cols}))")
 
 
+_Catalog = TypeVar("_Catalog", bound="RelationCatalog")
+
+
 class RelationCatalog:
     """relid -> [RelationVersion ...] in LSN order, plus Type messages seen."""
 
@@ -157,7 +160,7 @@ class RelationCatalog:
         }
 
     @classmethod
-    def from_dict(cls, d) -> "RelationCatalog":
+    def from_dict(cls: "type[_Catalog]", d) -> "_Catalog":
         if d.get("format") != "pgoutput_fast.catalog/1":
             raise ValueError("not a pgoutput_fast catalog")
         cat = cls()

@@ -293,9 +293,7 @@ class SegmentCatalog(RelationCatalog):
 
     @classmethod
     def from_dict(cls, d) -> "SegmentCatalog":
-        base = RelationCatalog.from_dict(d)
-        cat = cls()
-        cat.relations, cat.types = base.relations, base.types
+        cat = super().from_dict(d)        # builds a SegmentCatalog (cls())
         cat.control = [(o, lsn, bytes.fromhex(h)) for o, lsn, h in d.get("control", [])]
         cat.binary = bool(d.get("binary", False))
         return cat

@@ -179,9 +179,7 @@ class RowCatalog(RelationCatalog):
 
     @classmethod
     def from_dict(cls, d) -> "RowCatalog":
-        base = RelationCatalog.from_dict(d)
-        cat = cls()
-        cat.relations, cat.types = base.relations, base.types
+        cat = super().from_dict(d)        # builds a RowCatalog (cls())
         cat.positions = {(r, v): (c, lsn) for r, v, c, lsn in d.get("positions", [])}
         return cat
 
