@@ -25,8 +25,19 @@ cdef struct Buf:
     Py_ssize_t hint        # bytes the previous export of this Buf held: first growth target
 
 
+cdef struct Column
+
+# One value's parser for one column: chosen once per column from its kind (see
+# text_value_fn / binary_value_fn), so the scan loop makes one indirect call per value
+# instead of walking a chain of kind tests. Same contract as parse_text_value.
+ctypedef int (*value_fn)(Column *c, const unsigned char *p, Py_ssize_t n,
+                         const char **why) noexcept nogil
+
+
 cdef struct Column:
     int kind              # value kind (see kinds.pxi), selects the parsers
+    value_fn text_fn      # parser of a text ('t') value of this kind
+    value_fn binary_fn    # parser of a binary ('b') value of this kind
     int layout            # ColLayout
     int fixed_width       # bytes per value for LAYOUT_FIXED
     int precision         # decimal128
@@ -40,6 +51,111 @@ cdef struct Column:
     bint any_toast
     bint any_binary       # a 'b' value was stored (for adaptive UNKNOWN columns)
     Column *child         # element column of LAYOUT_LIST
+
+
+# -- memory blocks ---------------------------------------------------------------
+# Large blocks (>= 256 KiB) are their own anonymous mappings on Linux: growing one is an
+# mremap (the kernel moves page table entries; nothing is copied, where realloc of a
+# heap block copies it), and from 16 MiB on they ask for transparent huge pages (one
+# fault per 2 MiB instead of 512). Elsewhere, and in sanitizer builds (so that ASan
+# checks every buffer), all blocks are malloc'd. A block's size class follows from its
+# capacity, so every owner frees it with the capacity it holds (pgo_blk_free).
+
+cdef extern from *:
+    """
+    #include <stdlib.h>
+    #include <string.h>
+    #if defined(__has_feature)
+    #  if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
+    #    define PGO_SANITIZED 1
+    #  endif
+    #endif
+    #if defined(__SANITIZE_ADDRESS__)
+    #  define PGO_SANITIZED 1
+    #endif
+    #if defined(__linux__) && !defined(PGO_SANITIZED)
+    #  include <sys/mman.h>
+    #  define PGO_HAVE_MAP 1
+    #else
+    #  define PGO_HAVE_MAP 0
+    #endif
+    #define PGO_MAP_MIN ((size_t)256 << 10)
+    #define PGO_HUGE_MIN ((size_t)16 << 20)
+
+    /* The capacity to allocate for a request of cap bytes (mapped blocks: whole pages). */
+    static inline size_t pgo_blk_round(size_t cap) {
+        if (PGO_HAVE_MAP && cap >= PGO_MAP_MIN)
+            return (cap + 4095) & ~(size_t)4095;
+        return cap;
+    }
+
+    #if PGO_HAVE_MAP
+    static inline void pgo_blk_advise(void *p, size_t cap) {
+    #  ifdef MADV_HUGEPAGE
+        if (cap >= PGO_HUGE_MIN)
+            (void)madvise(p, cap, MADV_HUGEPAGE);
+    #  else
+        (void)p; (void)cap;
+    #  endif
+    }
+    #endif
+
+    /* A block of new_cap bytes (from pgo_blk_round) holding the first `used` bytes of p
+       (a block of old_cap bytes, or NULL). NULL on failure, p left intact. */
+    static void *pgo_blk_resize(void *p, size_t old_cap, size_t used, size_t new_cap) {
+    #if PGO_HAVE_MAP
+        int old_mapped = p != NULL && old_cap >= PGO_MAP_MIN;
+        int new_mapped = new_cap >= PGO_MAP_MIN;
+        void *q;
+        if (old_mapped && new_mapped) {
+            q = mremap(p, old_cap, new_cap, MREMAP_MAYMOVE);
+            if (q == MAP_FAILED)
+                return NULL;
+            if (new_cap > old_cap)
+                pgo_blk_advise(q, new_cap);
+            return q;
+        }
+        if (new_mapped) {
+            q = mmap(NULL, new_cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (q == MAP_FAILED)
+                return NULL;
+            pgo_blk_advise(q, new_cap);
+        } else if (old_mapped) {
+            q = malloc(new_cap ? new_cap : 1);
+            if (q == NULL)
+                return NULL;
+        } else {
+            return realloc(p, new_cap ? new_cap : 1);
+        }
+        if (used)
+            memcpy(q, p, used);
+        if (old_mapped)
+            munmap(p, old_cap);
+        else
+            free(p);
+        return q;
+    #else
+        (void)old_cap; (void)used;
+        return realloc(p, new_cap ? new_cap : 1);
+    #endif
+    }
+
+    static void pgo_blk_free(void *p, size_t cap) {
+        if (p == NULL)
+            return;
+    #if PGO_HAVE_MAP
+        if (cap >= PGO_MAP_MIN) {
+            munmap(p, cap);
+            return;
+        }
+    #endif
+        (void)cap;
+        free(p);
+    }
+    """
+    size_t pgo_blk_round(size_t cap) noexcept nogil
+    void *pgo_blk_resize(void *p, size_t old_cap, size_t used, size_t new_cap) noexcept nogil
+    void pgo_blk_free(void *p, size_t cap) noexcept nogil
 
 
 # -- a small cache of large released blocks ---------------------------------------
@@ -68,7 +184,7 @@ cdef void release_block(void *p, Py_ssize_t size) noexcept nogil:
         _cache_n += 1
         _cache_total += size
     else:
-        free(p)
+        pgo_blk_free(p, <size_t>size)
 
 
 cdef void *acquire_block(Py_ssize_t need, Py_ssize_t *size) noexcept nogil:
@@ -96,7 +212,7 @@ def set_buffer_cache_limit(Py_ssize_t nbytes):
     while _cache_n and _cache_total > _cache_limit:
         _cache_n -= 1
         _cache_total -= _cache_size[_cache_n]
-        free(_cache_ptr[_cache_n])
+        pgo_blk_free(_cache_ptr[_cache_n], <size_t>_cache_size[_cache_n])
 
 
 def buffer_cache_info():
@@ -126,11 +242,12 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
         if p != NULL:
             if b.len:
                 memcpy(p, b.data, <size_t>b.len)
-            free(b.data)
+            pgo_blk_free(b.data, <size_t>b.cap)
             b.data = p
             b.cap = cap
             return 0
-    p = <unsigned char *>realloc(b.data, <size_t>cap)
+    cap = <Py_ssize_t>pgo_blk_round(<size_t>cap)
+    p = <unsigned char *>pgo_blk_resize(b.data, <size_t>b.cap, <size_t>b.len, <size_t>cap)
     if p == NULL:
         return -1
     b.data = p
@@ -182,7 +299,7 @@ cdef inline int buf_append16(Buf *b, const void *src) noexcept nogil:
 
 
 cdef inline void buf_free(Buf *b) noexcept nogil:
-    free(b.data)
+    pgo_blk_free(b.data, <size_t>b.cap)
     b.data = NULL
     b.len = 0
     b.cap = 0
@@ -214,6 +331,8 @@ cdef Column *col_new(int kind, int layout, int fixed_width) noexcept nogil:
     c.kind = kind
     c.layout = layout
     c.fixed_width = fixed_width
+    c.text_fn = text_value_fn(kind)
+    c.binary_fn = binary_value_fn(kind)
     return c
 
 
@@ -460,10 +579,11 @@ cdef class NativeBuffer:
     """Owns malloc'd memory and exposes it through the buffer protocol (for pa.py_buffer)."""
     cdef unsigned char *ptr
     cdef Py_ssize_t size
+    cdef Py_ssize_t cap           # the block's capacity (what it is freed with)
     cdef Py_ssize_t shape[1]
 
     def __dealloc__(self):
-        release_block(self.ptr, self.size)
+        release_block(self.ptr, self.cap)
 
     def __getbuffer__(self, Py_buffer *view, int flags):
         view.buf = <void *>self.ptr
@@ -487,6 +607,7 @@ cdef object _take_buf(Buf *b, Py_ssize_t exact):
     """Hand a Buf's memory to Arrow (zero copy) and leave the Buf empty."""
     cdef NativeBuffer nb = NativeBuffer.__new__(NativeBuffer)
     cdef unsigned char *p
+    cdef Py_ssize_t cap
     if exact > b.len:            # bitmaps may be shorter than needed when all bits are 0
         if buf_reserve(b, exact - b.len) < 0:
             raise MemoryError()
@@ -497,16 +618,20 @@ cdef object _take_buf(Buf *b, Py_ssize_t exact):
         if b.data == NULL:
             raise MemoryError()
         b.data[0] = 0
+        b.cap = 1
     elif b.cap > exact + 4096 and exact > 0:
-        p = <unsigned char *>realloc(b.data, <size_t>exact)
+        cap = <Py_ssize_t>pgo_blk_round(<size_t>exact)
+        p = <unsigned char *>pgo_blk_resize(b.data, <size_t>b.cap, <size_t>exact, <size_t>cap)
         if p != NULL:
             b.data = p
+            b.cap = cap
     if exact > b.hint:
         b.hint = exact
     elif exact < b.hint >> 2:
         b.hint = exact                 # shrink the hint only when batches got much smaller
     nb.ptr = b.data
     nb.size = exact
+    nb.cap = b.cap
     b.data = NULL
     b.len = 0
     b.cap = 0

@@ -628,12 +628,84 @@ cdef int _parse_binary(Column *c, const unsigned char *p, Py_ssize_t n, const ch
     return -1
 
 
-cdef int parse_binary_value(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+# -- per-kind entry points (Column.binary_fn): see the text ones in values_text.pxi ------
+
+cdef int bn_text(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+    if utf8_invalid_at(p, n) >= 0:           # text send() converts to client_encoding
+        why[0] = WHY_UTF8
+        return -1
+    return push_bytes(c, p, n, why)
+
+
+cdef int bn_fixed4(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+    """int4, oid, float4: the 4 bytes byte-swapped (float NaN payloads kept)."""
+    cdef uint32_t v
+    if n != 4:
+        why[0] = WHY_BIN_LEN
+        return -1
+    v = pgo_be32(p)
+    return PGO_PUSH_FIXED(c, &v, 4, why, push_fixed_slow)
+
+
+cdef int bn_fixed8(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+    """int8, float8: the 8 bytes byte-swapped."""
+    cdef uint64_t v
+    if n != 8:
+        why[0] = WHY_BIN_LEN
+        return -1
+    v = pgo_be64(p)
+    return PGO_PUSH_FIXED(c, &v, 8, why, push_fixed_slow)
+
+
+cdef int bn_bool(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+    if n != 1:
+        why[0] = WHY_BIN_LEN
+        return -1
+    if col_push_bool(c, p[0] != 0) < 0:
+        why[0] = WHY_OOM
+        return -1
+    return 0
+
+
+cdef int bn_timestamp(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+    cdef int64_t v
+    if n != 8:
+        why[0] = WHY_BIN_LEN
+        return -1
+    v = pgo_be64s(p)
+    if v != INT64_MAX and v != INT64_MIN:
+        if v < PGO_MIN_TIMESTAMP or v >= PGO_END_TIMESTAMP:
+            why[0] = b"binary timestamp out of range"
+            return -1
+        if v >= INT64_MAX - PGO_UNIX_EPOCH_USECS:
+            return 1                          # valid, but past int64 Unix microseconds
+        v += PGO_UNIX_EPOCH_USECS
+    return PGO_PUSH_FIXED(c, &v, 8, why, push_fixed_slow)
+
+
+cdef value_fn binary_value_fn(int kind) noexcept nogil:
+    """The binary parser a column of this kind calls per value."""
+    if kind == K_TEXT or kind == K_BPCHAR or kind == K_JSON:
+        return bn_text
+    if kind == K_INT4 or kind == K_FLOAT4 or kind == K_OID:
+        return bn_fixed4
+    if kind == K_INT8 or kind == K_FLOAT8:
+        return bn_fixed8
+    if kind == K_BOOL:
+        return bn_bool
+    if kind == K_DECIMAL:
+        return bin_decimal
+    if kind == K_TIMESTAMP or kind == K_TIMESTAMPTZ:
+        return bn_timestamp
+    return _parse_binary
+
+
+cdef inline int parse_binary_value(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
     """Append one binary-format value to c: 0 ok, -1 malformed (*why set), 1 unrepresentable.
 
     On -1 and 1 nothing is left appended (the column is as before the call).
     """
-    cdef int r = _parse_binary(c, p, n, why)
+    cdef int r = c.binary_fn(c, p, n, why)
     if r != 0:
         col_discard_partial(c)
     return r

@@ -994,6 +994,8 @@ cdef int text_decimal(Column *c, const unsigned char *p, Py_ssize_t n, const cha
     cdef pgo_u128 acc
     cdef uint32_t chunk = 0
     cdef int nchunk = 0, used, nint
+    cdef uint64_t v64
+    cdef uint64_t words[2]
     if text_is(p, n, b"NaN", 3) or text_is(p, n, b"Infinity", 8) or text_is(p, n, b"-Infinity", 9):
         return 1
     if n > 0 and p[0] == 45:
@@ -1026,6 +1028,21 @@ cdef int text_decimal(Column *c, const unsigned char *p, Py_ssize_t n, const cha
                 why[0] = b"numeric value has more fraction digits than the decimal scale"
                 return -1
         used = c.scale
+    if c.precision <= 18:
+        # at most 18 digits: the value fits a uint64 (< 10^18), no 128-bit arithmetic
+        v64 = 0
+        for j in range(int_start, int_end):
+            v64 = v64 * 10 + (p[j] - 48)
+        for j in range(frac_start, frac_start + used):
+            v64 = v64 * 10 + (p[j] - 48)
+        v64 *= pgo_pow10_u128[c.scale - used].lo
+        if neg and v64 != 0:
+            words[0] = 0 - v64                    # two's complement over 128 bits
+            words[1] = <uint64_t>0xFFFFFFFFFFFFFFFFULL
+        else:
+            words[0] = v64
+            words[1] = 0
+        return PGO_PUSH_FIXED(c, words, 16, why, push_fixed_slow)
     # at most 38 digits: fold them in 9-digit chunks
     acc.lo = 0
     acc.hi = 0
@@ -1540,12 +1557,102 @@ cdef int _parse_text(Column *c, const unsigned char *p, Py_ssize_t n, const char
     return -1
 
 
-cdef int parse_text_value(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+# -- per-kind entry points (Column.text_fn) ----------------------------------------------
+# The common kinds get a small function each, chosen once per column by text_value_fn():
+# the scan loop calls it through the column, with no kind tests per value. Each does
+# exactly what _parse_text does for its kind; every other kind goes to _parse_text.
+
+cdef int tx_text(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+    if utf8_invalid_at(p, n) >= 0:
+        why[0] = WHY_UTF8
+        return -1
+    return push_bytes(c, p, n, why)
+
+
+cdef int tx_int4(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+    cdef int64_t v
+    cdef int32_t i32
+    if text_int(p, n, INT32_MIN, INT32_MAX, &v) < 0:
+        why[0] = b"invalid int4 text"
+        return -1
+    i32 = <int32_t>v
+    return PGO_PUSH_FIXED(c, &i32, 4, why, push_fixed_slow)
+
+
+cdef int tx_int8(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+    cdef int64_t v
+    if text_int(p, n, INT64_MIN, INT64_MAX, &v) < 0:
+        why[0] = b"invalid int8 text"
+        return -1
+    return PGO_PUSH_FIXED(c, &v, 8, why, push_fixed_slow)
+
+
+cdef int tx_bool(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+    if n == 1 and (p[0] == 116 or p[0] == 102):
+        if col_push_bool(c, p[0] == 116) < 0:
+            why[0] = WHY_OOM
+            return -1
+        return 0
+    why[0] = b"invalid bool text (expected 't' or 'f')"
+    return -1
+
+
+cdef int tx_float8(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+    cdef double v
+    if text_float(p, n, False, &v) < 0:
+        why[0] = b"invalid float8 text"
+        return -1
+    return PGO_PUSH_FIXED(c, &v, 8, why, push_fixed_slow)
+
+
+cdef int tx_timestamp(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+    cdef int64_t v
+    cdef int r = text_timestamp(p, n, c.kind == K_TIMESTAMPTZ, &v)
+    if r < 0:
+        why[0] = b"invalid or out-of-range timestamp text"
+        return -1
+    if r == 1:
+        return 1
+    return PGO_PUSH_FIXED(c, &v, 8, why, push_fixed_slow)
+
+
+cdef int tx_date(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+    cdef int32_t v
+    if text_date(p, n, &v) < 0:
+        why[0] = b"invalid or out-of-range date text"
+        return -1
+    return PGO_PUSH_FIXED(c, &v, 4, why, push_fixed_slow)
+
+
+cdef value_fn text_value_fn(int kind) noexcept nogil:
+    """The text parser a column of this kind calls per value."""
+    if kind == K_TEXT or kind == K_BPCHAR or kind == K_JSON or kind == K_JSONB \
+            or kind == K_NUMERIC_STR or kind == K_TIMETZ or kind == K_INET or kind == K_CIDR \
+            or kind == K_MACADDR or kind == K_MACADDR8 or kind == K_UNKNOWN:
+        return tx_text                      # (K_CHAR has its PostgreSQL 14 byte case)
+    if kind == K_INT4:
+        return tx_int4
+    if kind == K_INT8:
+        return tx_int8
+    if kind == K_BOOL:
+        return tx_bool
+    if kind == K_FLOAT8:
+        return tx_float8
+    if kind == K_DECIMAL:
+        return text_decimal
+    if kind == K_TIMESTAMP or kind == K_TIMESTAMPTZ:
+        return tx_timestamp
+    if kind == K_DATE:
+        return tx_date
+    return _parse_text
+
+
+cdef inline int parse_text_value(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
     """Append one text-format value to c: 0 ok, -1 malformed (*why set), 1 unrepresentable.
 
     On -1 and 1 nothing is left appended (the column is as before the call).
     """
-    cdef int r = _parse_text(c, p, n, why)
+    cdef int r = c.text_fn(c, p, n, why)
     if r != 0:
         col_discard_partial(c)
     return r

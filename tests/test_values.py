@@ -910,6 +910,27 @@ def test_hyp_numeric_str(v, scale, dscale):
 
 
 @FAST
+@given(st.data())
+def test_hyp_decimal_text_and_binary(data):
+    """numeric(p, s) -> decimal128(p, s) for every precision (the <= 18-digit path and
+    the 128-bit one), from text with any number of sent fraction digits and from
+    binary: both implementations agree with Python's Decimal."""
+    precision = data.draw(st.integers(1, 38))
+    scale = data.draw(st.integers(0, precision))
+    v = data.draw(st.integers(-(10**precision) + 1, 10**precision - 1))
+    d = Decimal(v).scaleb(-scale)
+    sent = data.draw(st.integers(0, scale + 3))       # fraction digits as sent
+    text = f"{d:.{sent}f}".encode()
+    if sent < scale and Decimal(text.decode()) != d:  # rounded away: a different value
+        d = Decimal(text.decode())
+    assume(abs(d.scaleb(scale)) < 10**precision)
+    arr, specials = twins(C(K_DECIMAL, precision, scale),
+                          [("t", text), ("b", numeric_send(d, dscale=max(sent, 0)))])
+    assert not specials
+    assert raw(arr) == [d.quantize(Decimal(1).scaleb(-scale))] * 2
+
+
+@FAST
 @given(st.integers(MIN_DATE, END_DATE - 1))
 def test_hyp_date(pg_days):
     arr, _ = twins(C(K_DATE), [("t", pg_date_text(pg_days + EPOCH_DAYS).encode()), ("b", be("i", pg_days))])
