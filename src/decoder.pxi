@@ -530,7 +530,7 @@ cdef object _toast_lists(Py_ssize_t n, list masks, list names):
 # -- spools for streamed and prepared transactions ----------------------------------
 
 cdef class Spool:
-    """Raw messages of a pending (streamed or prepared) transaction, spilling to disk."""
+    """Raw messages of a pending (streamed, prepared, or spooled plain) transaction, spilling to disk."""
     cdef Buf mem
     cdef object file                   # spill file (binary, w+b) or None
     cdef Py_ssize_t file_size
@@ -949,7 +949,8 @@ cdef class DecoderCore:
             self.catalog.apply_type(msg)
         elif self.state == ST_TXN and not self.txn_spooled:
             prev = self.rb_current.get(msg.relid)
-            self.txn_rel_log.append((msg.relid, prev, self._builders_for(self.catalog.apply_relation(msg, m.lsn))))
+            rb = self._builders_for(self.catalog.apply_relation(msg, m.lsn))
+            self.txn_rel_log.append((msg.relid, prev, rb))   # for _carry_part
         else:
             self._builders_for(self.catalog.apply_relation(msg, m.lsn))
         return 0
@@ -1123,8 +1124,9 @@ cdef class DecoderCore:
         if self.state != ST_NONE:
             # validate now, exactly as the replay will decode it, so a bad message fails
             # where it arrives and not at commit: a dry-run write, rolled back at once
-            # (outside B..C the builders hold only committed rows and the event buffers
-            # nothing uncommitted, so undoing this one change is undoing rb and the events)
+            # (outside B..C, and in a spooled one whose rows were dropped, the builders
+            # hold only committed rows and the event buffers nothing uncommitted, so
+            # undoing this one change is undoing rb and the events)
             c.pos = start
             seq = self.ctx.seq
             was_dirty = rb.dirty

@@ -190,7 +190,7 @@ class MessageBatch:
 # -- pending transactions ----------------------------------------------------------
 
 class Spool:
-    """Raw messages of a streamed or prepared transaction, spilling to a temporary file.
+    """Raw messages of a streamed, prepared or spooled plain transaction, spilling to a temporary file.
 
     Each record is ``header + message``; the header (18 bytes, as in the native spool,
     so that ``size()`` agrees) is kind, in_stream, version, lsn, length. ``version`` is
