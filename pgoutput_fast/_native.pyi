@@ -75,7 +75,7 @@ class RelBuilders:
     def id(self) -> int: ...
 
 class Spool:
-    """Raw messages of a pending (streamed or prepared) transaction, spilling to disk."""
+    """Raw messages of a pending (streamed, prepared, or spooled plain) transaction, spilling to disk."""
 
     origin: int
     xid: int | None

@@ -13,6 +13,15 @@ subtransaction aborts discard by position, and they are emitted at Stream Commit
 its LSN and timestamp. Prepared transactions (two-phase) are held per GID until Commit
 Prepared and dropped at Rollback Prepared. Spools larger than ``max_pending_bytes``
 spill to temporary files.
+
+Memory: held-back work is bounded by ``max_pending_bytes`` per transaction (plus one
+feed's input and output). A plain Begin..Commit still open at the end of a feed keeps
+its decoded rows and a raw copy of its messages; once that copy is larger than
+``max_pending_bytes`` (checked at the end of each feed) the decoded rows are dropped,
+the transaction is held as raw messages only (spilling to a file in ``spill_dir``),
+its later changes are checked as they arrive and spooled, and its Commit decodes it
+(the rows decoded before the switch are decoded a second time). A transaction that
+begins and commits inside one feed is never copied.
 """
 
 from __future__ import annotations
@@ -120,8 +129,11 @@ class Decoder:
         tables: build the typed per-table output (``ChangeSet.tables``).
         binary_unknown: columns of types the decoder does not know are ``binary`` when
             True; when False/None they are ``string`` unless a binary value was sent.
-        max_pending_bytes: spool size of one streamed or prepared transaction above
-            which it spills to a temporary file (in ``spill_dir``).
+        max_pending_bytes: size of the held-back raw messages of one transaction
+            (streamed, prepared, or a plain one open across feeds) above which they
+            spill to a temporary file (in ``spill_dir``); a plain transaction past it
+            is also no longer held decoded (module doc).
+        spill_dir: directory of the temporary spill files (None: the system default).
     """
 
     def __init__(self, catalog: RelationCatalog | None = None, *, events: bool = True,
@@ -162,8 +174,15 @@ class Decoder:
         return ChangeSet(events, tables, [LogicalMessageEvent(*m) for m in msgs])
 
     def pending(self) -> dict:
-        """Held-back work: spooled streams and prepared transactions (bytes), and the
-        transaction still open at the end of the last feed (its xid and changes so far)."""
+        """Held-back work after the last feed.
+
+        ``streams`` / ``prepared``: spool size in bytes per top-level xid / GID (each
+        message plus an 18-byte record header). ``open_transaction``: xid of the
+        Begin..Commit still open, or None; ``open_changes``: its changes so far;
+        ``open_bytes``: size of its raw copy (same units; 0 when none is open);
+        ``open_spooled``: True once it passed ``max_pending_bytes`` and is held as raw
+        messages only. ``spilled_bytes``: bytes currently in spill files, all spools.
+        """
         return self._core.pending_summary()
 
 

@@ -11,6 +11,18 @@
 #                 the builders: export() hands over the committed rows and moves the open
 #                 transaction's rows to fresh builders (copied once), so a transaction
 #                 spread over many feed() calls costs linear time.
+#                 Memory bound: a transaction open at the end of a batch also gets a raw
+#                 copy of its messages from its Begin (txn_carry, a Spool; the batch's
+#                 part is copied once at the batch end, walking it again to find the
+#                 relation version each change was checked against, so the hot path is
+#                 unchanged and a transaction inside one batch costs nothing extra). When
+#                 that copy exceeds max_pending_bytes at a batch end, the decoded rows are
+#                 dropped (txn_spooled): from then on its changes are checked on arrival
+#                 (a dry-run write, as for prepared work) and spooled, and its Commit
+#                 replays the spool with the Begin's metadata. Below the limit nothing is
+#                 decoded twice; above it, what was decoded before the switch is decoded
+#                 again at the Commit. Origin messages are spooled too (REC_ORIGIN), so a
+#                 replay gives every row the origin a direct write would have.
 #   S..E / c / A  streamed changes are spooled as raw messages (with the relation
 #                 version each refers to) per top-level xid; a subtransaction abort
 #                 truncates the spool at the position where that subxid first
@@ -40,6 +52,7 @@ cdef enum RecKind:
     REC_DML = 0         # I/U/D with a RelBuilders id
     REC_TRUNCATE = 1
     REC_MESSAGE = 2
+    REC_ORIGIN = 3      # plain transactions only; rb_id holds the origin id
 
 # record header in a spool: kind u8, in_stream u8, rb_id i32, lsn u64, len u32
 DEF REC_HEAD = 18
@@ -517,7 +530,7 @@ cdef object _toast_lists(Py_ssize_t n, list masks, list names):
 # -- spools for streamed and prepared transactions ----------------------------------
 
 cdef class Spool:
-    """Raw messages of a pending (streamed or prepared) transaction, spilling to disk."""
+    """Raw messages of a pending (streamed, prepared, or spooled plain) transaction, spilling to disk."""
     cdef Buf mem
     cdef object file                   # spill file (binary, w+b) or None
     cdef Py_ssize_t file_size
@@ -638,7 +651,11 @@ cdef class DecoderCore:
     cdef list out_messages          # logical messages ready for the ChangeSet
     cdef dict streams               # top-level xid -> Spool
     cdef dict prepared              # gid -> Spool
-    cdef Spool cur                  # spool of the open S..E block or b..P
+    cdef Spool cur                  # spool of the open S..E block or b..P (or spooled B..C)
+    cdef Spool txn_carry            # raw copy of the open B..C once it crossed a batch end
+    cdef bint txn_spooled           # the open B..C is held as txn_carry only (not decoded)
+    cdef Py_ssize_t txn_part_start  # index in this batch of the open B..C's first message
+    cdef list txn_rel_log           # (relid, previous rb, new rb) per Relation in that part
     cdef uint32_t stream_xid
     # change-event table
     cdef Meta ev_meta
@@ -667,6 +684,7 @@ cdef class DecoderCore:
         self.out_messages = []
         self.streams = {}
         self.prepared = {}
+        self.txn_rel_log = []
         self.ctx.origin = -1
 
     def __init__(self, catalog, *, bint events=True, bint tables=True, binary_unknown=None,
@@ -735,9 +753,20 @@ cdef class DecoderCore:
         """
         cdef const MsgRef *refs = <const MsgRef *>refs_addr
         cdef Py_ssize_t i = 0
+        if self.state == ST_TXN:
+            self.txn_part_start = 0         # the open transaction continues here
+            self.txn_rel_log = []
         try:
             for i in range(nrefs):
                 self._dispatch(&refs[i], i, refs)
+            if self.state == ST_TXN and not self.txn_spooled:
+                # a transaction still open stays open: its rows wait in the builders,
+                # and a raw copy of them in txn_carry (see the top of this file)
+                self._carry_part(refs, self.txn_part_start, nrefs)
+                if self.txn_carry.size() > self.max_pending_bytes:
+                    self._rollback_open()
+                    self.txn_spooled = True
+                    self.cur = self.txn_carry
         except DecodeError as exc:
             exc.message_index = i
             self._reset_after_error()
@@ -745,12 +774,63 @@ cdef class DecoderCore:
         except BaseException:
             self._reset_after_error()
             raise
-        # a transaction still open stays open: its rows wait in the builders
+
+    cdef int _carry_part(self, const MsgRef *refs, Py_ssize_t start, Py_ssize_t stop) except -1:
+        """Append messages [start, stop) of the open B..C (all checked) to txn_carry.
+
+        Each change is recorded with the relation version it was checked against: the
+        map as it was at `start` is rb_current with this part's Relation messages undone.
+        """
+        cdef const MsgRef *m
+        cdef Py_ssize_t k
+        cdef uint8_t t
+        cdef uint32_t relid
+        cdef RelBuilders rb
+        cdef Spool sp = self.txn_carry
+        if sp is None:
+            sp = self.txn_carry = Spool()
+        current = dict(self.rb_current)
+        for relid_o, prev, _ in reversed(self.txn_rel_log):
+            if prev is None:
+                current.pop(relid_o, None)
+            else:
+                current[relid_o] = prev
+        log = iter(self.txn_rel_log)
+        for k in range(start, stop):
+            m = &refs[k]
+            t = m.p[0]
+            if t == 73 or t == 85 or t == 68:          # I U D
+                relid = pgo_be32(m.p + 1)
+                rb = current[relid]
+                sp.append(REC_DML, 0, rb.id, m, self.max_pending_bytes, self.spill_dir)
+            elif t == 84:                               # T
+                msg = decode_message(<const unsigned char[:m.n]>m.p)
+                sp.truncates.append([current[r] for r in msg.relids])
+                sp.append(REC_TRUNCATE, 0, len(sp.truncates) - 1, m, self.max_pending_bytes,
+                          self.spill_dir)
+            elif t == 77:                               # M (transactional ones wait)
+                if m.p[1] & 1:
+                    sp.append(REC_MESSAGE, 0, -1, m, self.max_pending_bytes, self.spill_dir)
+            elif t == 79:                               # O
+                msg = decode_message(<const unsigned char[:m.n]>m.p)
+                sp.append(REC_ORIGIN, 0, self._origin_id(msg.name), m, self.max_pending_bytes,
+                          self.spill_dir)
+            elif t == 82:                               # R: the next version from here
+                relid_o, _, rb_new = next(log)
+                current[relid_o] = rb_new
+        self.txn_rel_log = []
+        return 0
 
     cdef void _reset_after_error(self):
         self._rollback_open()
+        self._drop_carry()
         self.state = ST_NONE
         self.cur = None
+
+    cdef void _drop_carry(self):
+        self.txn_carry = None               # (its spill file closes with it)
+        self.txn_spooled = False
+        self.txn_rel_log = []
 
     cdef void _rollback_open(self):
         cdef RelBuilders rb
@@ -812,17 +892,28 @@ cdef class DecoderCore:
         self.ctx.seq = 0
         self.ctx.origin = -1
         self.txn_messages = []
+        self._drop_carry()
+        self.txn_part_start = index + 1
         return 0
 
     cdef int _on_commit(self, const MsgRef *m) except -1:
-        cdef RelBuilders rb
+        cdef Spool sp
         msg = decode_message(<const unsigned char[:m.n]>m.p)
         self._require(ST_TXN, m, "Commit")
         if <int64_t><uint64_t>msg.commit_lsn != self.ctx.commit_lsn:
             self._fail(f"Commit LSN {msg.commit_lsn:X} does not match its Begin's final LSN "
                        f"{<uint64_t>self.ctx.commit_lsn:X}", m, 2)
-        self._commit_rows()
         self.state = ST_NONE
+        if self.txn_spooled:
+            sp = self.txn_carry
+            self._drop_carry()
+            self.cur = None
+            self.ctx.seq = 0
+            self.ctx.origin = -1
+            self._replay_records(sp)
+        else:
+            self._drop_carry()
+            self._commit_rows()
         return 0
 
     cdef void _commit_rows(self):
@@ -841,6 +932,8 @@ cdef class DecoderCore:
         oid = self._origin_id(msg.name)
         if self.state == ST_TXN:
             self.ctx.origin = oid
+            if self.txn_spooled:
+                self._spool(m, REC_ORIGIN, oid, 0)
         elif self.state == ST_STREAM or self.state == ST_PREPARE:
             self.cur.origin = oid
         else:
@@ -854,6 +947,10 @@ cdef class DecoderCore:
             self.cur.note_xid(xid)
         if t == 89:
             self.catalog.apply_type(msg)
+        elif self.state == ST_TXN and not self.txn_spooled:
+            prev = self.rb_current.get(msg.relid)
+            rb = self._builders_for(self.catalog.apply_relation(msg, m.lsn))
+            self.txn_rel_log.append((msg.relid, prev, rb))   # for _carry_part
         else:
             self._builders_for(self.catalog.apply_relation(msg, m.lsn))
         return 0
@@ -942,6 +1039,15 @@ cdef class DecoderCore:
     cdef int _replay(self, Spool sp, uint64_t commit_lsn, int64_t commit_ts, uint32_t xid,
                      Py_ssize_t ts_offset, str mtype) except -1:
         """Emit a spooled transaction as committed with the given metadata."""
+        self.ctx.commit_lsn = <int64_t>commit_lsn
+        self.ctx.commit_ts = _unix_ts(commit_ts, ts_offset, mtype)
+        self.ctx.xid = xid
+        self.ctx.seq = 0
+        self.ctx.origin = sp.origin
+        return self._replay_records(sp)
+
+    cdef int _replay_records(self, Spool sp) except -1:
+        """Write the spooled records with the metadata in ctx, and commit them."""
         cdef const unsigned char *p
         cdef Py_ssize_t n, pos
         cdef MsgRef m
@@ -949,13 +1055,7 @@ cdef class DecoderCore:
         cdef int32_t rb_id
         cdef uint32_t len32
         cdef Cursor c
-        cdef RelBuilders rb
         cdef bytes data
-        self.ctx.commit_lsn = <int64_t>commit_lsn
-        self.ctx.commit_ts = _unix_ts(commit_ts, ts_offset, mtype)
-        self.ctx.xid = xid
-        self.ctx.seq = 0
-        self.ctx.origin = sp.origin
         self.txn_messages = []
         pending = b""
         for chunk in sp.chunks():
@@ -978,6 +1078,8 @@ cdef class DecoderCore:
                     self._write_dml(&m, &c, m.p[0], <RelBuilders>self.rb_all[rb_id])
                 elif kind == REC_TRUNCATE:
                     self._write_truncate(&m, &c, sp.truncates[rb_id])
+                elif kind == REC_ORIGIN:
+                    self.ctx.origin = rb_id
                 else:
                     self.txn_messages.append(self._message_obj(&m, p[pos + 1]))
                 pos += REC_HEAD + len32
@@ -1016,14 +1118,15 @@ cdef class DecoderCore:
         cdef uint32_t relid
         cdef Py_ssize_t start = c.pos
         cdef RelBuilders rb = self._rel(m, c, &relid)
-        if self.state == ST_TXN:
+        if self.state == ST_TXN and not self.txn_spooled:
             c.pos = start
             return self._write_dml(m, c, t, rb)
-        if self.state == ST_STREAM or self.state == ST_PREPARE:
+        if self.state != ST_NONE:
             # validate now, exactly as the replay will decode it, so a bad message fails
             # where it arrives and not at commit: a dry-run write, rolled back at once
-            # (outside B..C the builders hold only committed rows and the event buffers
-            # nothing uncommitted, so undoing this one change is undoing rb and the events)
+            # (outside B..C, and in a spooled one whose rows were dropped, the builders
+            # hold only committed rows and the event buffers nothing uncommitted, so
+            # undoing this one change is undoing rb and the events)
             c.pos = start
             seq = self.ctx.seq
             was_dirty = rb.dirty
@@ -1035,17 +1138,24 @@ cdef class DecoderCore:
                     self.dirty.pop()
                 self._ev_truncate(self.ev_committed)
                 self.ctx.seq = seq
-            return self._spool(m, REC_DML, rb.id, xid)
+            self._spool(m, REC_DML, rb.id, xid)
+            if self.state == ST_TXN:
+                self.ctx.seq += 1               # open_changes of pending()
+            return 0
         self._fail("change outside a transaction", m, 0)
 
     cdef int _on_truncate(self, const MsgRef *m, Cursor *c, uint32_t xid) except -1:
-        if self.state == ST_TXN:
+        if self.state == ST_TXN and not self.txn_spooled:
             return self._write_truncate(m, c, None)
         msg = decode_message(<const unsigned char[:m.n]>m.p, in_stream=self.state == ST_STREAM)
-        if self.state == ST_STREAM or self.state == ST_PREPARE:
+        if self.state != ST_NONE:
             # the relation versions are those in effect where the Truncate arrives
-            self.cur.truncates.append(self._truncate_targets(msg, m))
-            return self._spool(m, REC_TRUNCATE, len(self.cur.truncates) - 1, xid)
+            targets = self._truncate_targets(msg, m)
+            self.cur.truncates.append(targets)
+            self._spool(m, REC_TRUNCATE, len(self.cur.truncates) - 1, xid)
+            if self.state == ST_TXN:
+                self.ctx.seq += len(targets)
+            return 0
         self._fail("Truncate outside a transaction", m, 0)
 
     cdef list _truncate_targets(self, object msg, const MsgRef *m):
@@ -1061,6 +1171,8 @@ cdef class DecoderCore:
         msg = decode_message(<const unsigned char[:m.n]>m.p, in_stream=self.state == ST_STREAM)
         if not msg.transactional:
             self.out_messages.append((msg, m.lsn, None, None, None, None))
+        elif self.state == ST_TXN and self.txn_spooled:
+            self._spool(m, REC_MESSAGE, -1, xid)
         elif self.state == ST_TXN:
             self.txn_messages.append((msg, m.lsn, self.ctx.commit_lsn, self.ctx.commit_ts,
                                       self.ctx.xid, self.origins[self.ctx.origin] if self.ctx.origin >= 0 else None))
@@ -1573,12 +1685,24 @@ cdef class DecoderCore:
         return pa.Table.from_pydict(cols, schema=EVENT_SCHEMA)
 
     def pending_summary(self):
-        """What is held back: open streams and prepared transactions."""
+        """What is held back: open streams and prepared transactions, the open B..C."""
+        cdef Spool sp
+        spools = list(self.streams.values()) + list(self.prepared.values())
+        if self.state == ST_PREPARE:
+            spools.append(self.cur)
+        if self.txn_carry is not None:
+            spools.append(self.txn_carry)
+        spilled = 0
+        for sp in spools:
+            spilled += sp.file_size
         return {
             "streams": {x: sp.size() for x, sp in self.streams.items()},
             "prepared": {g: sp.size() for g, sp in self.prepared.items()},
             "open_transaction": self.ctx.xid if self.state == ST_TXN else None,
             "open_changes": self.ctx.seq if self.state == ST_TXN else 0,
+            "open_bytes": self.txn_carry.size() if self.txn_carry is not None else 0,
+            "open_spooled": bool(self.txn_spooled),
+            "spilled_bytes": spilled,
         }
 
 

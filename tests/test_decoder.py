@@ -335,6 +335,114 @@ def test_huge_open_transaction_over_many_feeds_is_linear():
     assert ids(out[-1]) == list(range(n))
 
 
+# A plain transaction open across feeds whose raw size passes max_pending_bytes is held
+# as raw messages (spilling to a file) and decoded at its Commit. Its body has every
+# kind of message a transaction carries: an Origin, a relation redefined (and another
+# defined) inside it, old images, unchanged-TOAST values, truncates before and after
+# the redefinition, transactional and non-transactional logical messages.
+SPOOLED_PLAIN = (
+    [rel_orders()]
+    + txn(1, 500, ins(1, "before"))
+    + [Begin(1000, 7, 20), Origin(0, "up"), ins(10, "a" * 30), ins(11, None),
+       Update(ORDERS, "O", (t(10), t("a" * 30), t(1)), (t(10), UNCHANGED_TOAST, t(2))),
+       LogicalMessage(1, 1001, "audit", b"in-txn"), LogicalMessage(0, 1002, "nt", b"now"),
+       Truncate(1, (ORDERS,)), rel_items(), Insert(ITEMS, (t("s1"), t(5))),
+       Update(ORDERS, "K", (t(10), None, None), (t(10), UNCHANGED_TOAST, t(3))),
+       rel_orders(extra=True), Insert(ORDERS, (t(12), UNCHANGED_TOAST, t(4), t("t"))),
+       Delete(ORDERS, "O", (t(12), t("n"), t(4), t("f"))), Truncate(2, (ITEMS, ORDERS)),
+       Insert(ITEMS, (t("s2"), None)), LogicalMessage(1, 1003, "audit", b"late"),
+       Insert(ORDERS, (t(13), t("b" * 40), t(5), None)), Commit(0, 1000, 1008, 7)]
+    + txn(21, 2000, Insert(ORDERS, (t(14), t("after"), t(6), t("t"))))
+)
+
+
+def _fds_in(directory):
+    """Open files of this process that live in (or were unlinked from) directory."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(directory) + os.sep):
+            out.append(target)
+    return out
+
+
+@pytest.mark.parametrize("limit", [0, 64, 400, 1 << 30])
+def test_open_plain_transaction_over_the_limit_is_spooled(limit, tmp_path):
+    """Every chunk size: the same output as one feed; past the limit the open
+    transaction is held as raw messages (on disk), not as decoded rows."""
+    raw = enc(*SPOOLED_PLAIN)
+    whole = check(Decoder().feed(raw))
+    assert ids(whole) == [1, 10, 11, 10, None, 10, 12, 12, None, 13, 14]
+    ever_spooled = False
+    for step in (1, 2, 3, 5, 8):
+        dec = Decoder(max_pending_bytes=limit, spill_dir=str(tmp_path))
+        parts, spooled = [], {}
+        for k in range(0, len(raw), step):
+            parts.append(check(dec.feed(raw[k:k + step])))
+            p = dec.pending()
+            xid = p["open_transaction"]
+            if xid is not None:
+                # spooled once its raw copy passed the limit at a feed's end, until Commit
+                assert p["open_spooled"] == (spooled.get(xid, False) or p["open_bytes"] > limit), p
+                spooled[xid] = p["open_spooled"]
+                assert bool(p["spilled_bytes"]) == p["open_spooled"], p   # (spooled = spilled here)
+                assert bool(_fds_in(tmp_path)) == p["open_spooled"], "the spill file in spill_dir"
+            else:
+                assert p["open_bytes"] == 0 and not p["open_spooled"] and not p["spilled_bytes"], p
+        _assert_same_output(parts, whole)
+        if limit <= 64:
+            assert spooled[20], (step, spooled)
+        ever_spooled |= spooled.get(20, False)
+        assert not _fds_in(tmp_path)          # the spool's file is gone with the commit
+    assert ever_spooled == (limit < 1 << 30)
+    assert os.listdir(tmp_path) == []
+
+
+def test_spooled_plain_transaction_metadata_and_pending():
+    dec = Decoder(max_pending_bytes=0)
+    raw = enc(*SPOOLED_PLAIN)
+    first = check(dec.feed(raw[:9]))         # Begin, Origin, two inserts, an update
+    assert ids(first) == [1]
+    p = dec.pending()
+    assert p["open_spooled"] and p["open_changes"] == 3
+    assert p["open_bytes"] == sum(18 + len(m) for m in raw[5:9])   # Origin + 3 changes
+    middle = check(dec.feed(raw[9:-4]))
+    assert middle.num_changes == 0
+    assert [m.message.prefix for m in middle.messages] == ["nt"]   # not transactional: now
+    assert dec.pending()["open_changes"] == 12
+    last = check(dec.feed(raw[-4:]))
+    orders = last.tables["public.orders"]
+    assert orders.column("_xid").to_pylist() == [20] * 9 + [21]
+    assert orders.column("_commit_lsn").to_pylist() == [1000] * 9 + [2000]
+    assert orders.column("_origin").to_pylist() == ["up"] * 9 + [None]
+    assert last.events.column("seq").to_pylist() == list(range(12)) + [0]
+    assert last.events.column("commit_ts").to_pylist()[0].timestamp() * 1e6 == UNIX_2000 + 7
+    assert [m.message.prefix for m in last.messages] == ["audit", "audit"]
+    assert dec.pending()["open_transaction"] is None
+
+
+@pytest.mark.parametrize("spooled", [False, True], ids=["decoded", "spooled"])
+def test_bad_change_in_an_open_plain_transaction_fails_on_arrival(spooled):
+    """Spooled or not, a bad change fails at its own message (index and offset), the
+    transaction is dropped, and the decoder decodes what follows."""
+    raw = enc(rel_orders(), Begin(100, 1, 5), ins(1), ins(2))
+    bad = enc(ins(3), Insert(ORDERS, (t(4), t("x"), t("not a number"))), Commit(0, 100, 108, 1))
+    dec = Decoder(max_pending_bytes=0 if spooled else 1 << 30)
+    check(dec.feed(raw))
+    assert dec.pending()["open_spooled"] == spooled
+    with pytest.raises(DecodeError) as info:
+        dec.feed(bad)
+    err = info.value
+    assert (err.message_index, err.message_type, err.offset) == (1, "I", 20)   # qty's kind byte
+    assert err.changes.num_changes == 0
+    assert dec.pending()["open_transaction"] is None and dec.pending()["open_bytes"] == 0
+    cs = feed(dec, *txn(6, 200, ins(7)))
+    assert ids(cs) == [7]
+
+
 def test_lsn_array_forms():
     msgs = enc(rel_orders(), *txn(1, 100, ins(1), ins(2)))
     for lsn in ([0, 1, 2, 3, 4], pa.array([0, 1, 2, 3, 4], pa.int64()),
@@ -946,7 +1054,9 @@ def test_pending_summary():
     spool_record = 18   # per spooled message: an 18-byte record header + the message
     assert pending == {"streams": {5: spool_record + len(raw[2])},
                        "prepared": {"g": spool_record + len(raw[5])},
-                       "open_transaction": 7, "open_changes": 1}
+                       "open_transaction": 7, "open_changes": 1,
+                       "open_bytes": spool_record + len(raw[-1]), "open_spooled": False,
+                       "spilled_bytes": 0}
 
 
 def test_catalog_from_json_and_pickle_decodes_later_batches():

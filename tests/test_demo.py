@@ -205,7 +205,8 @@ def test_batches_end_at_transaction_boundaries(name):
     for a, b in batches:
         rows += dec.feed(msgs[a:b], lsn=lsns[a:b]).num_changes
         assert dec.pending() == {"streams": {}, "prepared": {}, "open_transaction": None,
-                                 "open_changes": 0}, (name, a, b)
+                                 "open_changes": 0, "open_bytes": 0, "open_spooled": False,
+                                 "spilled_bytes": 0}, (name, a, b)
     assert rows == pgoutput_fast.decode_changes(msgs, lsns, events=False).num_changes
 
 

@@ -391,6 +391,122 @@ def test_streamed_transaction_of_a_million_changes_spools_to_disk(tmp_path):
     assert last - first < 40, out        # 900,000 more spooled changes: flat (MB)
 
 
+def test_claims_of_huge_sizes_fail_fast_without_allocating():
+    """A value claiming 4 GiB (0xFFFFFFFF: negative as Int32) or 2 GiB (0x7FFFFFFF: past
+    the end), text or binary, new or old image, in a plain, streamed, prepared or spooled
+    plain transaction, with every output choice; a Relation claiming 100,000 columns
+    (an Int16 field: 100,000 reads as -31,072) or carrying 100,000 column entries; a
+    TupleData claiming 32,767 columns: each is a DecodeError in well under a second,
+    and the process's peak memory does not grow by what was claimed."""
+    out = _rss_child("""
+        import resource, struct, time
+        from pgoutput_fast import *
+        REL = 16384
+        r = Relation(REL, "public", "orders", "d", (RelationColumn(1, "id", 23, -1),
+                                                    RelationColumn(0, "note", 25, -1)))
+        def enc(*ms):
+            return [encode_message(m) for m in ms]
+        def with_length(raw, length, fmt=b"t"):
+            at = raw.index(fmt + b"\\x00\\x00\\x00\\x03abc") + 1
+            return raw[:at] + struct.pack(">I", length) + raw[at + 4:]
+        v = Value("t", b"abc")
+        cases = []
+        for length in (0xFFFFFFFF, 0x7FFFFFFF):
+            ins = encode_message(Insert(REL, (Value("t", b"1"), v)))
+            insb = encode_message(Insert(REL, (Value("t", b"1"), Value("b", b"abc"))))
+            upd = encode_message(Update(REL, "O", (Value("t", b"1"), v), (Value("t", b"1"), None)))
+            sins = encode_message(Insert(REL, (Value("t", b"1"), v), 9))
+            cases += [
+                ("plain", [], enc(r, Begin(100, 0, 5)) + [with_length(ins, length)]),
+                ("binary", [], enc(r, Begin(100, 0, 5)) + [with_length(insb, length, b"b")]),
+                ("old image", [], enc(r, Begin(100, 0, 5)) + [with_length(upd, length)]),
+                ("stream", [], enc(r, StreamStart(9, 1)) + [with_length(sins, length)]),
+                ("prepared", [], enc(r, BeginPrepare(100, 108, 0, 5, "g")) + [with_length(ins, length)]),
+                ("spooled plain", enc(r, Begin(100, 0, 5), Insert(REL, (Value("t", b"0"), v))),
+                 [with_length(ins, length)]),
+            ]
+        rel_raw = encode_message(r)
+        at = rel_raw.index(b"d\\x00\\x02") + 1
+        cases.append(("relation natts 100000", [], [rel_raw[:at] + struct.pack(">H", 100_000 & 0xFFFF) + rel_raw[at + 2:]]))
+        col = b"\\x00c\\x00" + struct.pack(">Ii", 23, -1)
+        cases.append(("relation 100000 entries", [], [rel_raw[:at] + struct.pack(">H", 0x7FFF) + col * 100_000]))
+        ins = encode_message(Insert(REL, (Value("t", b"1"), v)))
+        cases.append(("tuple ncols 32767", [], enc(r, Begin(100, 0, 5)) + [ins[:6] + struct.pack(">H", 0x7FFF)]))
+        warm = Decoder()                 # first use: pyarrow's allocator, imports
+        warm.feed(enc(r, Begin(100, 0, 5), Insert(REL, (Value("t", b"1"), v)), Commit(0, 100, 108, 0)))
+        try:
+            warm.feed(cases[0][2])
+        except DecodeError:
+            pass
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        worst = 0.0
+        for name, first, raw in cases:
+            for opts in ({}, {"events": False}, {"tables": False}, {"events": False, "tables": False}):
+                dec = Decoder(max_pending_bytes=0, **opts)
+                dec.feed(first)
+                t0 = time.perf_counter()
+                try:
+                    dec.feed(raw)
+                except DecodeError as exc:
+                    assert exc.message_index == len(raw) - 1, (name, exc)
+                else:
+                    raise AssertionError(name)
+                worst = max(worst, time.perf_counter() - t0)
+        print(len(cases), round(worst, 3), (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) // 1024)
+    """)
+    ncases, worst, growth_mb = out.split()[-3:]
+    assert int(ncases) == 15 and float(worst) < 1.0 and int(growth_mb) < 30, out
+
+
+def _plain_transaction_rss(limit: int, chunks: int, per_chunk: int) -> dict:
+    """Feed Begin, chunks x per_chunk inserts (feed() per chunk), then the Commit, in a
+    child process: the peak RSS growth (MB) while the transaction is open."""
+    out = _rss_child(f"""
+        import tempfile
+        from pgoutput_fast import *
+        def peak_mb():
+            for line in open("/proc/self/status"):
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) // 1024
+        spill_dir = tempfile.mkdtemp()
+        dec = Decoder(max_pending_bytes={limit}, spill_dir=spill_dir)
+        r = Relation(1, "s", "big", "d", (RelationColumn(1, "id", 20, -1), RelationColumn(0, "v", 25, -1)))
+        chunk = [encode_message(Insert(1, (Value("t", str(i).encode()), Value("t", b"x" * 40))))
+                 for i in range({per_chunk})]
+        dec.feed([encode_message(r), encode_message(Begin(1 << 40, 0, 9))])
+        base = peak_mb()
+        for k in range({chunks}):
+            assert dec.feed(chunk).num_changes == 0
+        growth = peak_mb() - base
+        p = dec.pending()
+        cs = dec.feed([encode_message(Commit(0, 1 << 40, (1 << 40) + 8, 0))])
+        print(dict(growth=growth, rows=cs.num_changes, spooled=p["open_spooled"],
+                   spilled=p["spilled_bytes"], open_bytes=p["open_bytes"]))
+    """)
+    return eval(out.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_plain_transaction_of_a_million_changes_over_feeds_is_bounded():
+    """A Begin..Commit of 1,000,000 inserts fed in 20 chunks (the reference: 100,000 in
+    4, it is too slow for more): with max_pending_bytes=1 MiB it is spooled to disk once
+    it passes the limit, and the peak memory while it is open stays flat; the control
+    (a limit it never reaches) holds it decoded, and costs several times more."""
+    if "asan" in os.environ.get("LD_PRELOAD", ""):
+        pytest.skip("under AddressSanitizer freed memory stays in its quarantine (RSS grows)")
+    native = pgoutput_fast.IMPL == "native"
+    chunks, per_chunk = (20, 50_000) if native else (4, 25_000)
+    bounded = _plain_transaction_rss(1 << 20, chunks, per_chunk)
+    control = _plain_transaction_rss(1 << 40, chunks, per_chunk)
+    print(bounded, control)
+    assert bounded["rows"] == control["rows"] == chunks * per_chunk
+    assert bounded["spooled"] and bounded["spilled"] > bounded["open_bytes"] - (2 << 20)
+    assert not control["spooled"] and control["spilled"] == 0
+    assert bounded["growth"] * 3 < control["growth"], (bounded, control)
+    if native:
+        assert bounded["growth"] < 50 and control["growth"] > 250, (bounded, control)
+
+
 # -- fuzzer findings ---------------------------------------------------------------------------
 
 # Empty values are malformed for every fixed-size type. The native error path built the

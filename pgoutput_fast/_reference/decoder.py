@@ -13,6 +13,13 @@ Transaction handling (PROTOCOL.md §3, DESIGN.md):
 * ``B..C``: changes are checked and written as they arrive; Commit makes them
   visible. A transaction still open at the end of a batch stays open: export() hands
   over the committed rows and keeps the open transaction's rows for a later feed.
+  It also gets a raw copy of its messages from its Begin (``txn_carry``, a Spool,
+  filled at each batch end with that batch's part, each change with the relation
+  version it was checked against). When the copy exceeds ``max_pending_bytes`` at a
+  batch end the decoded rows are dropped (``txn_spooled``): later changes are checked
+  on arrival and spooled, and the Commit replays the spool with the Begin's metadata.
+  Origin messages are spooled too, so every replayed row gets the origin in effect
+  where it arrived.
 * ``S..E`` / ``c`` / ``A``: changes are spooled as raw messages per top-level xid, with
   the relation version they refer to (for a Truncate: of each relation it names). A
   subtransaction abort ``A(x, s)`` truncates the spool at the position where ``s``
@@ -183,7 +190,7 @@ class MessageBatch:
 # -- pending transactions ----------------------------------------------------------
 
 class Spool:
-    """Raw messages of a streamed or prepared transaction, spilling to a temporary file.
+    """Raw messages of a streamed, prepared or spooled plain transaction, spilling to a temporary file.
 
     Each record is ``header + message``; the header (18 bytes, as in the native spool,
     so that ``size()`` agrees) is kind, in_stream, version, lsn, length. ``version`` is
@@ -192,7 +199,7 @@ class Spool:
     """
 
     HEAD = struct.Struct("<BBiQI")
-    DML, TRUNCATE, MESSAGE = 0, 1, 2
+    DML, TRUNCATE, MESSAGE, ORIGIN = 0, 1, 2, 3    # ORIGIN: plain transactions only
 
     def __init__(self, xid=None, gid=None):
         self.xid = xid
@@ -323,7 +330,11 @@ class DecoderCore:
         self.out_messages = []
         self.streams = {}           # top-level xid -> Spool
         self.prepared = {}          # gid -> Spool
-        self.cur = None             # Spool of the open S..E block or b..P
+        self.cur = None             # Spool of the open S..E block or b..P (or spooled B..C)
+        self.txn_carry = None       # raw copy of the open B..C once it crossed a batch end
+        self.txn_spooled = False    # the open B..C is held as txn_carry only (not decoded)
+        self.txn_part_start = 0     # index in this batch of the open B..C's first message
+        self.txn_rel_log = []       # (relid, previous RelRows, new RelRows) per Relation there
         self.events = []            # change-event rows (dicts)
         self.events_committed = 0
         for v in catalog.versions():
@@ -345,9 +356,20 @@ class DecoderCore:
     def feed(self, pairs):
         """Decode ``[(lsn, bytes)]``; export() gives the committed output."""
         index = 0
+        if self.state == TXN:
+            self.txn_part_start = 0         # the open transaction continues here
+            self.txn_rel_log = []
         try:
             for index, (lsn, data) in enumerate(pairs):
                 self._dispatch(data, lsn, index)
+            if self.state == TXN and not self.txn_spooled:
+                # a transaction still open stays open: its rows wait for a later feed,
+                # and a raw copy of them in txn_carry
+                self._carry_part(pairs, self.txn_part_start)
+                if self.txn_carry.size() > self.max_pending_bytes:
+                    self._rollback_open()
+                    self.txn_spooled = True
+                    self.cur = self.txn_carry
         except DecodeError as exc:
             exc.message_index = index
             self._reset_after_error()
@@ -355,12 +377,51 @@ class DecoderCore:
         except BaseException:
             self._reset_after_error()
             raise
-        # a transaction still open stays open: its rows wait for a later feed
+
+    def _carry_part(self, pairs, start):
+        """Append the open B..C's messages pairs[start:] (all checked) to txn_carry, each
+        change with the relation version in effect where it arrived."""
+        sp = self.txn_carry
+        if sp is None:
+            sp = self.txn_carry = Spool()
+        current = dict(self.rel_current)
+        for relid, prev, _ in reversed(self.txn_rel_log):   # the map as it was at start
+            if prev is None:
+                current.pop(relid, None)
+            else:
+                current[relid] = prev
+        log = iter(self.txn_rel_log)
+        limit, spill_dir = self.max_pending_bytes, self.spill_dir
+        for lsn, data in pairs[start:]:
+            t = chr(data[0])
+            if t in "IUD":
+                relid = struct.unpack_from(">I", data, 1)[0]
+                sp.append(Spool.DML, False, current[relid].id, lsn, data, limit, spill_dir)
+            elif t == "T":
+                sp.truncate_targets.append([current[r].id for r in decode_message(data).relids])
+                sp.append(Spool.TRUNCATE, False, len(sp.truncate_targets) - 1, lsn, data, limit, spill_dir)
+            elif t == "M":
+                if decode_message(data).transactional:
+                    sp.append(Spool.MESSAGE, False, -1, lsn, data, limit, spill_dir)
+            elif t == "O":
+                sp.append(Spool.ORIGIN, False, -1, lsn, data, limit, spill_dir)
+            elif t == "R":
+                relid, _, rel = next(log)
+                current[relid] = rel
+        self.txn_rel_log = []
 
     def _reset_after_error(self):
         self._rollback_open()
+        self._drop_carry()
         self.state = NONE
         self.cur = None
+
+    def _drop_carry(self):
+        if self.txn_carry is not None:
+            self.txn_carry.close()
+        self.txn_carry = None
+        self.txn_spooled = False
+        self.txn_rel_log = []
 
     def _rollback_open(self):
         for rel in self.dirty:
@@ -412,6 +473,8 @@ class DecoderCore:
         self.state = TXN
         self.ctx = Ctx(_signed64(msg.final_lsn), _unix_ts(msg.commit_ts, 9, "B"), msg.xid)
         self.txn_messages = []
+        self._drop_carry()
+        self.txn_part_start = index + 1
 
     def _on_commit(self, data):
         msg = decode_message(data)
@@ -419,8 +482,18 @@ class DecoderCore:
         if _signed64(msg.commit_lsn) != self.ctx.commit_lsn:
             _fail(f"Commit LSN {msg.commit_lsn:X} does not match its Begin's final LSN "
                   f"{self.ctx.commit_lsn & ((1 << 64) - 1):X}", data, 2)
-        self._commit_rows()
         self.state = NONE
+        if self.txn_spooled:
+            sp = self.txn_carry
+            self.txn_carry = None
+            self._drop_carry()
+            self.cur = None
+            c = self.ctx
+            self.ctx = Ctx(c.commit_lsn, c.commit_ts, c.xid)
+            self._replay_records(sp)
+        else:
+            self._drop_carry()
+            self._commit_rows()
 
     def _commit_rows(self):
         for rel in self.dirty:
@@ -435,6 +508,8 @@ class DecoderCore:
         check_names_utf8(msg)
         if self.state == TXN:
             self.ctx.origin = msg.name
+            if self.txn_spooled:
+                self._spool(Spool.ORIGIN, -1, 0, data, None)
         elif self.state in (STREAM, PREPARE):
             self.cur.origin = msg.name
         else:
@@ -447,6 +522,9 @@ class DecoderCore:
             self.cur.note_xid(xid)
         if t == "Y":
             self.catalog.apply_type(msg)
+        elif self.state == TXN and not self.txn_spooled:
+            prev = self.rel_current.get(msg.relid)
+            self.txn_rel_log.append((msg.relid, prev, self._rel_for(self.catalog.apply_relation(msg, lsn))))
         else:
             self._rel_for(self.catalog.apply_relation(msg, lsn))
 
@@ -526,6 +604,10 @@ class DecoderCore:
     def _replay(self, sp, commit_lsn, commit_ts, xid, ts_offset, mtype):
         """Emit a spooled transaction as committed with the given metadata."""
         self.ctx = Ctx(_signed64(commit_lsn), _unix_ts(commit_ts, ts_offset, mtype), xid, sp.origin)
+        self._replay_records(sp)
+
+    def _replay_records(self, sp):
+        """Write the spooled records with the metadata in ctx, and commit them."""
         self.txn_messages = []
         for kind, in_stream, version, lsn, data in sp.records():
             if kind == Spool.DML:
@@ -535,6 +617,8 @@ class DecoderCore:
             elif kind == Spool.TRUNCATE:
                 options = decode_message(data, in_stream=in_stream).options
                 self._emit_truncate([self.rel_all[i] for i in sp.truncate_targets[version]], lsn, options)
+            elif kind == Spool.ORIGIN:
+                self.ctx.origin = decode_message(data).name
             else:
                 self.txn_messages.append(self._message_event(decode_message(data, in_stream=in_stream), lsn))
         sp.close()
@@ -561,10 +645,12 @@ class DecoderCore:
         if self.state == NONE:
             _fail("change outside a transaction", data, 0)
         change = self._scan_dml(data, pos, t, rel)
-        if self.state == TXN:
+        if self.state == TXN and not self.txn_spooled:
             self._emit_change(change, rel, lsn)
         else:
             self._spool(Spool.DML, rel.id, lsn, data, xid)
+            if self.state == TXN:
+                self.ctx.seq += 1               # open_changes of pending()
 
     def _on_truncate(self, data, lsn, xid):
         msg = decode_message(data, in_stream=self.state == STREAM)
@@ -576,19 +662,21 @@ class DecoderCore:
             if rel is None:
                 _fail(f"Truncate of relation {relid} before any Relation message for it", data, 0)
             targets.append(rel)
-        if self.state == TXN:
+        if self.state == TXN and not self.txn_spooled:
             self._emit_truncate(targets, lsn, msg.options)
         else:
             self.cur.truncate_targets.append([rel.id for rel in targets])
             self._spool(Spool.TRUNCATE, len(self.cur.truncate_targets) - 1, lsn, data, xid)
+            if self.state == TXN:
+                self.ctx.seq += len(targets)
 
     def _on_logical_message(self, data, lsn, xid):
         msg = decode_message(data, in_stream=self.state == STREAM)
         if not msg.transactional:
             self.out_messages.append((msg, lsn, None, None, None, None))
-        elif self.state == TXN:
+        elif self.state == TXN and not self.txn_spooled:
             self.txn_messages.append(self._message_event(msg, lsn))
-        elif self.state in (STREAM, PREPARE):
+        elif self.state in (STREAM, PREPARE, TXN):
             self._spool(Spool.MESSAGE, -1, lsn, data, xid)
         else:
             _fail("transactional Message outside a transaction", data, 0)
@@ -893,11 +981,19 @@ class DecoderCore:
 
     def pending_summary(self):
         """What is held back: open streams and prepared transactions (bytes), open B..C."""
+        spools = list(self.streams.values()) + list(self.prepared.values())
+        if self.state == PREPARE:
+            spools.append(self.cur)
+        if self.txn_carry is not None:
+            spools.append(self.txn_carry)
         return {
             "streams": {x: sp.size() for x, sp in self.streams.items()},
             "prepared": {g: sp.size() for g, sp in self.prepared.items()},
             "open_transaction": self.ctx.xid if self.state == TXN else None,
             "open_changes": self.ctx.seq if self.state == TXN else 0,
+            "open_bytes": self.txn_carry.size() if self.txn_carry is not None else 0,
+            "open_spooled": self.txn_spooled,
+            "spilled_bytes": sum(sp.file_size for sp in spools),
         }
 
 
