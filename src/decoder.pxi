@@ -627,6 +627,62 @@ cdef class Spool:
 
 # -- the core ----------------------------------------------------------------------
 
+cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_t end,
+                         int ncols, Column **cols, int *builder_rc) noexcept nogil:
+    """The common case of a TupleData's typed scan, in a loop with no Python in it: 't'/'b'
+    values that parse, and nulls. Returns the index of the first column it did not
+    finish (ncols when all are done), with *pos_io at that column's kind byte; the
+    caller's loop goes on from there with the full checks and error reports. A column
+    it stops at is left as it was (a failed parse appends nothing). A column builder
+    that cannot grow sets *builder_rc (col_end_row's code) and stops: the caller
+    raises."""
+    cdef Py_ssize_t pos = pos_io[0]
+    cdef Py_ssize_t start
+    cdef Column *col
+    cdef const char *why = NULL
+    cdef int32_t n
+    cdef uint8_t kind
+    cdef int i = 0
+    cdef int rc
+    while i < ncols:
+        if pos >= end:
+            break
+        start = pos
+        kind = buf[pos]
+        col = cols[i]
+        if kind == 116 or kind == 98:           # 't' / 'b'
+            if end - pos < 5:
+                break
+            n = pgo_be32s(buf + pos + 1)
+            if n < 0 or n > end - pos - 5:
+                break
+            pos += 5
+            if kind == 116:
+                rc = col.text_fn(col, buf + pos, n, &why)
+            else:
+                rc = col.binary_fn(col, buf + pos, n, &why)
+            if rc != 0:
+                col_discard_partial(col)
+                pos = start
+                break
+            rc = col_end_valid(col)
+            if rc < 0:
+                builder_rc[0] = rc
+                break
+            pos += n
+        elif kind == 110:                        # 'n'
+            rc = col_end_row(col, 0, 0)
+            if rc < 0:
+                builder_rc[0] = rc
+                break
+            pos += 1
+        else:
+            break
+        i += 1
+    pos_io[0] = pos
+    return i
+
+
 cdef class DecoderCore:
     """Native decoder state machine; see pgoutput_fast.decoder.Decoder for the API."""
     cdef public object catalog
@@ -1319,7 +1375,8 @@ cdef class DecoderCore:
         cdef Column *col
         cdef int16_t ncols
         cdef int32_t n
-        cdef int i, rc
+        cdef int i
+        cdef int rc = 0
         cdef uint8_t kind
         if end - pos < 2:
             return self._fail_short(c, pos, 2)
@@ -1328,7 +1385,11 @@ cdef class DecoderCore:
             self._fail(f"TupleData has {ncols} columns but relation {rb.version.qualified_name} "
                        f"(relid {rb.version.relid}) has {rb.ncols}", m, at)
         pos += 2
-        for i in range(ncols):
+        i = scan_typed_fast(buf, &pos, end, ncols, cols, &rc)
+        if rc < 0:
+            c.pos = pos
+            self._builder_fail(rc, m, rb, i)
+        for i in range(i, ncols):
             at = pos
             if pos >= end:
                 return self._fail_short(c, pos, 1)
