@@ -147,3 +147,38 @@ def test_fixture_sidecars_match_captures():
         assert set(counts) <= set(ALL_TYPES), path
         union |= set(counts)
     assert union == set(ALL_TYPES), sorted(set(ALL_TYPES) - union)
+
+
+def test_child_env_strips_only_the_sanitizer(monkeypatch):
+    """Under scripts/sanitize.sh a native child (postgres, initdb, a JVM) gets neither the
+    preloaded ASan runtime nor its options; other preloads stay. A JVM's Python workers
+    get them back through the PYSPARK_PYTHON wrapper."""
+    import subprocess
+    import sys
+
+    from pgoutput_fast.testing.childenv import jvm_children, native_env
+
+    rt = "/usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.asan-x86_64.so"
+    env = {"LD_PRELOAD": f"{rt} /opt/libother.so", "ASAN_OPTIONS": "exitcode=86",
+           "UBSAN_OPTIONS": "halt_on_error=1", "PATH": "/bin"}
+    assert native_env(env) == {"LD_PRELOAD": "/opt/libother.so", "PATH": "/bin"}
+    assert native_env({"LD_PRELOAD": rt, "ASAN_OPTIONS": "x"}) == {}
+    plain = {"LD_PRELOAD": "/opt/libother.so", "ASAN_OPTIONS": "x"}
+    assert native_env(plain) == plain          # no sanitizer run: untouched
+
+    monkeypatch.setenv("LD_PRELOAD", rt)
+    monkeypatch.setenv("ASAN_OPTIONS", "exitcode=86:detect_leaks=0")
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    with jvm_children():
+        assert "LD_PRELOAD" not in os.environ and "ASAN_OPTIONS" not in os.environ
+        wrapper = os.environ["PYSPARK_PYTHON"]
+        # the wrapper runs this Python with the runtime and options put back (the child
+        # does not get our preload: only print what it would see)
+        script = open(wrapper).read()
+        assert f"export LD_PRELOAD={rt}" in script and "exitcode=86:detect_leaks=0" in script
+        assert script.rstrip().endswith(f'exec {sys.executable} "$@"')
+        out = subprocess.run(["sh", "-c", script.replace("exec ", "echo ") + "\n"],
+                             capture_output=True, text=True, check=True, env=native_env())
+        assert out.stdout.strip() == sys.executable
+    assert os.environ["LD_PRELOAD"] == rt and os.environ["ASAN_OPTIONS"].startswith("exitcode=86")
+    assert "PYSPARK_PYTHON" not in os.environ

@@ -86,14 +86,19 @@ def get_spark(master: str = "local[*]", app_name: str = "pgoutput_fast", *, conn
          .config("spark.sql.execution.arrow.maxRecordsPerBatch", "10000"))
     for k, v in conf.items():
         b = b.config(k, v)
+    # under a sanitizer run (scripts/sanitize.sh) the JVM starts without the preloaded
+    # runtime, its Python workers with it (a JVM does not run under it)
+    from pgoutput_fast.testing.childenv import jvm_children
+
     if connect:
         # a Connect client cannot change these once its server runs
         import warnings
 
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), jvm_children():
             warnings.simplefilter("ignore", UserWarning)
             return b.getOrCreate()
-    spark = b.getOrCreate()
+    with jvm_children():
+        spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

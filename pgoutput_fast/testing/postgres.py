@@ -38,6 +38,8 @@ import subprocess
 import tempfile
 import time
 
+from .childenv import native_env
+
 __all__ = ["PostgresServer", "find_bindir", "bindir_version", "PG_USER", "DEFAULT_CONF"]
 
 #: System user that owns and runs the cluster when we are root.
@@ -85,7 +87,7 @@ def bindir_version(bindir) -> int:
     ``postgres --version`` (which, unlike the server, runs as root too); 0 if unknown."""
     try:
         out = subprocess.run([os.path.join(bindir, "postgres"), "--version"], capture_output=True,
-                             text=True, timeout=30).stdout
+                             text=True, timeout=30, env=native_env()).stdout
     except (OSError, subprocess.SubprocessError):
         return 0
     m = re.search(r"\(PostgreSQL\)\s+(\d+)(?:\.(\d+))?", out)
@@ -104,7 +106,8 @@ def _candidates():
     if pg_config:
         try:
             out = subprocess.run(
-                [pg_config, "--bindir"], capture_output=True, text=True, timeout=30, check=True
+                [pg_config, "--bindir"], capture_output=True, text=True, timeout=30, check=True,
+                env=native_env(),
             ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             out = ""
@@ -185,7 +188,7 @@ def _ensure_pg_user():
         attempts.append(["adduser", "-S", "-D", "-H", "-s", nologin, PG_USER])
     errors = []
     for cmd in attempts:
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=native_env())
         try:  # another process may have created it concurrently
             pw = pwd.getpwnam(PG_USER)
             return pw.pw_uid, pw.pw_gid
@@ -207,7 +210,8 @@ def _runnable_bindir(bindir, uid, gid):
     def runs(d):
         try:
             return subprocess.run([os.path.join(d, "postgres"), "--version"], capture_output=True,
-                                  timeout=30, user=uid, group=gid, extra_groups=[]).returncode == 0
+                                  timeout=30, user=uid, group=gid, extra_groups=[],
+                                  env=native_env()).returncode == 0
         except (OSError, subprocess.SubprocessError):
             return False
 
@@ -293,10 +297,9 @@ class PostgresServer:
 
     # -- subprocess helpers ----------------------------------------------------------
     def _env(self):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
         # a sanitizer runtime preloaded into the tests' Python (scripts/sanitize.sh) is
         # not for the server: postgres hangs under it
-        env.pop("LD_PRELOAD", None)
+        env = {k: v for k, v in native_env().items() if not k.startswith("PG")}
         env["LC_ALL"] = "C"
         env["LANG"] = "C"
         if self._uid is not None:
