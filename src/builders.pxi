@@ -461,9 +461,13 @@ cdef class NativeBuffer:
     cdef unsigned char *ptr
     cdef Py_ssize_t size
     cdef Py_ssize_t shape[1]
+    cdef bint uncached     # freed, not kept in the block cache (capture_loop.pxi)
 
     def __dealloc__(self):
-        release_block(self.ptr, self.size)
+        if self.uncached:
+            free(self.ptr)
+        else:
+            release_block(self.ptr, self.size)
 
     def __getbuffer__(self, Py_buffer *view, int flags):
         view.buf = <void *>self.ptr
