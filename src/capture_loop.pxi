@@ -340,7 +340,7 @@ cdef class CopyReader:
     #: message types that only occur inside B..C, b..P or S..E (capture/stream.py)
     INSIDE_TYPES = b"IUDTORY"
 
-    def __cinit__(self, size_t pgconn, int sock, size_t PQgetCopyData, size_t PQfreemem,
+    def __init__(self, size_t pgconn, int sock, size_t PQgetCopyData, size_t PQfreemem,
                   size_t PQconsumeInput):
         if not (pgconn and PQgetCopyData and PQfreemem and PQconsumeInput) or sock < 0:
             raise ValueError("CopyReader: a NULL connection or libpq function, or no socket")

@@ -3,8 +3,7 @@ the CopyData traffic (XLogData in, keepalives answered, standby status updates o
 
 psycopg2 (``LogicalReplicationConnection``) opens the connection: DSN parsing, TLS,
 authentication, ``replication=database``. The CopyData traffic after
-``START_REPLICATION`` goes through libpq directly (``PQgetCopyData`` /
-``PQputCopyData`` on ``connection.pgconn_ptr``, via ctypes), not through
+``START_REPLICATION`` goes through libpq directly, not through
 ``ReplicationCursor.read_message``. The reason is correctness, not speed:
 psycopg2 answers keepalives itself and, when the last XLogData's ``dataStart`` is at
 or below the last flush position the client confirmed (true after every Relation,
@@ -12,7 +11,23 @@ Type or Begin-before-Origin message, whose ``dataStart`` is 0/0, and after any c
 of a transaction interleaved in WAL), it moves its own ``flush_lsn`` up to the
 keepalive's ``walEnd`` and sends that. The slot would then confirm transactions that
 were received but not yet written to a durable segment, and a crash would lose them.
-Here the only flush position ever sent is one the caller passes in.
+Here the only flush position ever sent is one the caller passes in (``set_flush``).
+
+The receive loop is native: ``CopyReader`` (``src/capture_loop.pxi``) calls
+``PQgetCopyData(async)`` until nothing more comes, with the GIL released, parses the
+XLogData headers (``dataStart``, ``walEnd``) and keepalives, appends each payload to
+one growing buffer with its end offset and LSN (``MessageColumns``: the capture then
+copies runs of it into the row group being filled and hands that memory to Arrow, no
+Python object per message), records the index of each message that is not a change
+inside a transaction (``INSIDE_TYPES``), and waits on the socket itself (``poll``)
+while data keeps coming. It returns to Python at the byte budget, after a pause of
+``_GAP_MS``, at the caller's deadline (at most the next periodic status update), or
+at once when a keepalive asks for a reply, which ``send_status`` answers with the
+caller's flush position. The extension does not link libpq: psycopg2(-binary) brings
+its own, and one PGconn must only see the library that made it, so the loop gets the
+addresses of that library's functions (found with ctypes, ``_load_libpq``) and keeps
+``PGconn`` opaque. ``read_into`` is the same loop in Python through ctypes, the twin
+used with ``PGOUTPUT_FAST_IMPL=python`` (or ``ReplicationStream(native_loop=False)``).
 """
 
 from __future__ import annotations
