@@ -252,7 +252,7 @@ def test_loop_answers_keepalives_with_the_callers_flush(pg_server, loop_world, n
                 workload._exec(conn, f"INSERT INTO {SCHEMA}.t VALUES (%s, 'v', NULL)", (i,))
                 i += 1
                 s.read_batch(0.2, batch, [])
-            assert len(batch) > 3 * i                     # B, R/I..., C per transaction
+            assert len(batch) > 2 * i     # B, I, C per transaction (the last ones may be on their way)
             assert s.keepalives > 0 and s.replies - replies0 >= 2, (s.keepalives, s.replies)
             assert s.server_wal_end > confirmed
             row = workload._exec(conn, "SELECT active_pid, confirmed_flush_lsn::text FROM "

@@ -327,8 +327,8 @@ class ReplicationStream:
         # reply well inside the server's timeout even when it does not ask (0 = no timeout)
         self.status_interval = 10.0 if not timeout_ms else min(10.0, timeout_ms / 1000 / 4)
         cur = self.conn.cursor()
-        for name, value in SESSION_SETTINGS:
-            cur.execute(f"SET {name} = '{value}'")
+        # one round trip (a walsender runs plain SQL as a simple query)
+        cur.execute("; ".join(f"SET {name} = '{value}'" for name, value in SESSION_SETTINGS))
         cur.close()
         if _LIBPQ is None:
             _LIBPQ = _load_libpq(psycopg2)
