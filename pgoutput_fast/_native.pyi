@@ -160,11 +160,10 @@ class CopyReader:
     EMPTY: int
     BUDGET: int
     REPLY: int
-    QUIET: int
     END: int
     ERROR: int
     INSIDE_TYPES: bytes
-    def __init__(self, pgconn: int, sock: int, PQgetCopyData: int, PQfreemem: int,
+    def __init__(self, pgconn: int, PQgetCopyData: int, PQfreemem: int,
                  PQconsumeInput: int) -> None: ...
     @property
     def wal_end(self) -> int:
@@ -173,6 +172,5 @@ class CopyReader:
     def keepalives(self) -> int: ...
     def detach(self) -> None:
         """Forget the connection (it is closed): ``fill`` raises from now on."""
-    def fill(self, batch: MessageColumns, ctrl: list[int], max_bytes: int, wait_ms: int = 0,
-             gap_ms: int = 5) -> int:
+    def fill(self, batch: MessageColumns, ctrl: list[int], max_bytes: int) -> int:
         """Read into ``batch`` (control-message indices into ``ctrl``); one of the constants."""

@@ -7,6 +7,10 @@
 #                 lsn/data columns of a Parquet row group: no Python object per message.
 # CopyReader      calls PQgetCopyData(async) until nothing is buffered, a byte budget is
 #                 used or the server asks for a status update, with the GIL released.
+#                 Waiting for the socket stays with the caller (select in Python): a loop
+#                 that also waited here (poll, woken by every message the walsender
+#                 sends) used less CPU per round but slowed the walsender down, measured
+#                 against pg_recvlogical; reading in rounds lets a little data gather.
 #
 # libpq is not linked: psycopg2(-binary) carries its own libpq, and one PGconn must only
 # ever see the library that made it. The caller passes the addresses of the functions
@@ -18,34 +22,9 @@
 cdef extern from *:
     """
     typedef struct pg_conn PGconn;   /* opaque, as in libpq-fe.h */
-
-    #ifdef _WIN32
-    /* no native wait here: fill() returns to Python, which select()s */
-    static int pgo_wait_readable(int fd, int timeout_ms) { (void)fd; (void)timeout_ms; return -1; }
-    static double pgo_monotonic_ms(void) { return 0.0; }
-    #else
-    #include <poll.h>
-    #include <time.h>
-    /* 1 readable (or an error to read), 0 timeout, -1 interrupted by a signal */
-    static int pgo_wait_readable(int fd, int timeout_ms) {
-        struct pollfd p;
-        p.fd = fd;
-        p.events = POLLIN;
-        p.revents = 0;
-        int r = poll(&p, 1, timeout_ms < 0 ? 0 : timeout_ms);
-        return r < 0 ? -1 : (r > 0 ? 1 : 0);
-    }
-    static double pgo_monotonic_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-    }
-    #endif
     """
     ctypedef struct PGconn:
         pass
-    int pgo_wait_readable(int fd, int timeout_ms) nogil
-    double pgo_monotonic_ms() nogil
 
 ctypedef int (*PQgetCopyData_fn)(PGconn *conn, char **buffer, int async_) noexcept nogil
 ctypedef void (*PQfreemem_fn)(void *ptr) noexcept nogil
@@ -60,10 +39,9 @@ DEF KEEPALIVE_SIZE = 18
 
 # CopyReader.fill results (mirrored as constants on the class)
 cdef enum FillResult:
-    FILL_EMPTY = 0        # nothing more is buffered, and fill did not wait for more
+    FILL_EMPTY = 0        # nothing more is buffered (the socket was drained once)
     FILL_BUDGET = 1       # the byte budget is used
     FILL_REPLY = 2        # a keepalive asked for a status update now
-    FILL_QUIET = 3        # waited: the deadline passed, or the stream paused for gap_ms
     FILL_END = -1         # the COPY ended (PQgetCopyData -1)
     FILL_ERROR = -2       # a connection error (PQgetCopyData -2, PQconsumeInput 0)
     FILL_NOMEM = -3
@@ -305,27 +283,21 @@ cdef class MessageColumns:
 cdef class CopyReader:
     """The receive loop over one PGconn in COPY BOTH mode (after START_REPLICATION).
 
-    ``fill(batch, ctrl, max_bytes, wait_ms, gap_ms)`` appends each XLogData's
-    pgoutput message and dataStart to ``batch`` and, to ``ctrl``, the index of each
-    message whose type is not in ``INSIDE_TYPES`` (the changes inside a transaction
-    need no tracking); it counts keepalives and the highest walEnd seen.
+    ``fill(batch, ctrl, max_bytes)`` appends each XLogData's pgoutput message and
+    dataStart to ``batch`` and, to ``ctrl``, the index of each message whose type is
+    not in ``INSIDE_TYPES`` (the changes inside a transaction need no tracking); it
+    counts keepalives and the highest walEnd seen. It reads what libpq has buffered,
+    then what the socket holds (``PQconsumeInput``, without waiting), until neither
+    brings more.
 
-    It waits on the socket itself (poll, GIL released): up to ``wait_ms`` for the
-    first message, then, while messages keep coming, until ``max_bytes`` or the
-    ``wait_ms`` deadline, but not when the stream pauses for ``gap_ms``. So a stream
-    arriving in small pieces costs one return to Python per ~``wait_ms``, not one per
-    piece, and the end of a burst is seen within ``gap_ms``.
-
-    Returns ``EMPTY`` (nothing buffered and no wait: ``wait_ms`` 0, a signal, or no
-    poll() on this platform), ``QUIET`` (waited), ``BUDGET``, ``REPLY`` (send a status
-    update, then call again), ``END`` (the COPY ended) or ``ERROR``.
+    Returns ``EMPTY``, ``BUDGET``, ``REPLY`` (send a status update, then call again),
+    ``END`` (the COPY ended) or ``ERROR``.
     """
 
     cdef PGconn *conn
     cdef PQgetCopyData_fn getcopy
     cdef PQfreemem_fn freemem
     cdef PQconsumeInput_fn consume
-    cdef int sock
     cdef uint64_t _wal_end
     cdef Py_ssize_t _keepalives
     cdef bint inside[256]
@@ -334,17 +306,15 @@ cdef class CopyReader:
     EMPTY = FILL_EMPTY
     BUDGET = FILL_BUDGET
     REPLY = FILL_REPLY
-    QUIET = FILL_QUIET
     END = FILL_END
     ERROR = FILL_ERROR
     #: message types that only occur inside B..C, b..P or S..E (capture/stream.py)
     INSIDE_TYPES = b"IUDTORY"
 
-    def __init__(self, size_t pgconn, int sock, size_t PQgetCopyData, size_t PQfreemem,
-                  size_t PQconsumeInput):
-        if not (pgconn and PQgetCopyData and PQfreemem and PQconsumeInput) or sock < 0:
-            raise ValueError("CopyReader: a NULL connection or libpq function, or no socket")
-        self.sock = sock
+    def __init__(self, size_t pgconn, size_t PQgetCopyData, size_t PQfreemem,
+                 size_t PQconsumeInput):
+        if not (pgconn and PQgetCopyData and PQfreemem and PQconsumeInput):
+            raise ValueError("CopyReader: a NULL connection or libpq function")
         self.conn = <PGconn *>pgconn
         self.getcopy = <PQgetCopyData_fn>PQgetCopyData
         self.freemem = <PQfreemem_fn>PQfreemem
@@ -369,14 +339,11 @@ cdef class CopyReader:
         """Forget the connection (it is closed): ``fill`` raises from now on."""
         self.conn = NULL
 
-    cdef int _fill(self, MessageColumns batch, Py_ssize_t budget, int wait_ms,
-                   int gap_ms) noexcept nogil:
+    cdef int _fill(self, MessageColumns batch, Py_ssize_t budget) noexcept nogil:
         cdef char *buf
         cdef const unsigned char *p
-        cdef int n, w
+        cdef int n
         cdef bint consumed = False
-        cdef Py_ssize_t n0 = batch.ends.len
-        cdef double deadline = -1.0, now
         cdef uint64_t wal_end
         while budget > 0:
             buf = NULL
@@ -416,40 +383,20 @@ cdef class CopyReader:
                 self.freemem(buf)     # another CopyData type: not for a logical client
                 continue
             if n == 0:
-                # read what arrived on the socket meanwhile, without waiting
-                if not consumed:
-                    if self.consume(self.conn) != 1:
-                        return FILL_ERROR
-                    consumed = True
-                    continue
-                # nothing buffered: wait for more (see the class docstring)
-                if wait_ms <= 0:
+                # read what arrived on the socket meanwhile, without waiting; stop once
+                # that brought nothing
+                if consumed:
                     return FILL_EMPTY
-                now = pgo_monotonic_ms()
-                if deadline < 0:
-                    deadline = now + wait_ms
-                elif now >= deadline:
-                    return FILL_QUIET
-                w = <int>(deadline - now) + 1
-                # wake up as soon as data arrives, as pg_recvlogical does. (Sleeping
-                # a little to read more per wakeup halves this loop's CPU time, but
-                # the walsender then waits on a full socket: slower overall, measured.)
-                if batch.ends.len > n0 and w > gap_ms:
-                    w = gap_ms
-                w = pgo_wait_readable(self.sock, w)
-                if w < 0:
-                    return FILL_EMPTY      # a signal: let Python run its handlers
-                if w == 0 and (batch.ends.len > n0 or pgo_monotonic_ms() >= deadline):
-                    return FILL_QUIET
-                consumed = False
+                if self.consume(self.conn) != 1:
+                    return FILL_ERROR
+                consumed = True
                 continue
             return FILL_END if n == -1 else FILL_ERROR
         return FILL_BUDGET
 
-    def fill(self, MessageColumns batch not None, list ctrl not None, Py_ssize_t max_bytes,
-             int wait_ms=0, int gap_ms=5):
-        """Read until ``max_bytes`` (payload + 16 per message) are appended, nothing
-        more comes (see the class docstring), or a keepalive asks for a reply."""
+    def fill(self, MessageColumns batch not None, list ctrl not None, Py_ssize_t max_bytes):
+        """Read until nothing more is buffered, ``max_bytes`` (payload + 16 per message)
+        are appended, or a keepalive asks for a reply; see the class docstring."""
         cdef int r
         cdef Py_ssize_t i
         cdef int64_t v
@@ -457,7 +404,7 @@ cdef class CopyReader:
             raise ValueError("CopyReader: the connection is closed")
         self.ctrl.len = 0
         with nogil:
-            r = self._fill(batch, max_bytes, wait_ms, gap_ms)
+            r = self._fill(batch, max_bytes)
         for i in range(self.ctrl.len >> 3):
             memcpy(&v, self.ctrl.data + i * 8, 8)
             ctrl.append(v)

@@ -133,7 +133,7 @@ def test_columns_fit_and_errors():
 
 def test_reader_rejects_null_connection():
     with pytest.raises(ValueError):
-        native.CopyReader(0, 3, 1, 1, 1)
+        native.CopyReader(0, 1, 1, 1)
     assert native.CopyReader.INSIDE_TYPES == bytes(sorted(INSIDE_TYPES, key=b"IUDTORY".index))
 
 

@@ -19,11 +19,10 @@ XLogData headers (``dataStart``, ``walEnd``) and keepalives, appends each payloa
 one growing buffer with its end offset and LSN (``MessageColumns``: the capture then
 copies runs of it into the row group being filled and hands that memory to Arrow, no
 Python object per message), records the index of each message that is not a change
-inside a transaction (``INSIDE_TYPES``), and waits on the socket itself (``poll``)
-while data keeps coming. It returns to Python at the byte budget, after a pause of
-``_GAP_MS``, at the caller's deadline (at most the next periodic status update), or
-at once when a keepalive asks for a reply, which ``send_status`` answers with the
-caller's flush position. The extension does not link libpq: psycopg2(-binary) brings
+inside a transaction (``INSIDE_TYPES``), and drains the socket (``PQconsumeInput``)
+without waiting. It returns to Python when nothing more is there (``read_batch`` then
+waits in ``select``, as before), at the byte budget, or at once when a keepalive asks
+for a reply, which ``send_status`` answers with the caller's flush position. The extension does not link libpq: psycopg2(-binary) brings
 its own, and one PGconn must only see the library that made it, so the loop gets the
 addresses of that library's functions (found with ctypes, ``_load_libpq``) and keeps
 ``PGconn`` opaque. ``read_into`` is the same loop in Python through ctypes, the twin
@@ -61,8 +60,6 @@ PG_EPOCH_UNIX_US = 946_684_800_000_000
 #: which the resume filter emits itself, is written first and not read from here)
 INSIDE_TYPES = frozenset(b"IUDTORY")
 
-#: the native receive loop returns to Python when the stream pauses this long (ms)
-_GAP_MS = 5
 
 _XLOG_HEAD = struct.Struct(">QQq")       # dataStart, walEnd, sendTime (after the 'w')
 _KEEPALIVE = struct.Struct(">Qq?")       # walEnd, sendTime, replyRequested (after the 'k')
@@ -396,8 +393,8 @@ class ReplicationStream:
             # link libpq: two libpqs on one PGconn would be unsafe)
             lib = self._lib
             self._reader = _native_module().CopyReader(
-                self.conn.pgconn_ptr, self._sock, _address(lib.PQgetCopyData),
-                _address(lib.PQfreemem), _address(lib.PQconsumeInput))
+                self.conn.pgconn_ptr, _address(lib.PQgetCopyData), _address(lib.PQfreemem),
+                _address(lib.PQconsumeInput))
         self.last_status = time.monotonic()
 
     # -- traffic -----------------------------------------------------------------------
@@ -460,13 +457,8 @@ class ReplicationStream:
         overhead = batch.MESSAGE_OVERHEAD
         waited = False
         budget = max_bytes
-        deadline = time.monotonic() + timeout
         while True:
-            self.maybe_status()
-            now = time.monotonic()
-            # the native loop waits on the socket itself, but not past a status update
-            wait = min(deadline, self.last_status + self.status_interval) - now
-            r = reader.fill(batch, ctrl, budget, max(0, int(wait * 1000)), _GAP_MS)
+            r = reader.fill(batch, ctrl, budget)
             if reader.wal_end > self.server_wal_end:
                 self.server_wal_end = reader.wal_end
             self.keepalives = reader.keepalives
@@ -476,7 +468,7 @@ class ReplicationStream:
                 if budget > 0:
                     continue
                 break
-            if r == reader.BUDGET or r == reader.QUIET:
+            if r == reader.BUDGET:
                 break
             if r == reader.EMPTY:
                 if len(batch) > n0 or waited:
