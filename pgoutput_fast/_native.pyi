@@ -8,7 +8,7 @@ Most code should use the package API (``pgoutput_fast.decode_message``,
 
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, final
 
 import numpy.typing as npt
 import pyarrow as pa
@@ -125,3 +125,52 @@ class MessageBatch:
     ) -> None:
         """Binary Arrow messages (array or chunked) or bytes-likes, with optional LSNs."""
     def feed_into(self, core: DecoderCore) -> None: ...
+
+# -- capture_loop.pxi ------------------------------------------------------------------
+
+@final
+class MessageColumns:
+    """pgoutput messages as columns in C memory: payloads, end offsets, LSNs."""
+
+    MESSAGE_OVERHEAD: int
+    def __len__(self) -> int: ...
+    @property
+    def nbytes(self) -> int:
+        """Payload bytes held."""
+    def lsn(self, i: int) -> int:
+        """The LSN of message ``i``."""
+    def message(self, i: int) -> bytes:
+        """Message ``i`` as bytes."""
+    def append(self, lsn: int, data: Buffer) -> None:
+        """Append one message (any contiguous bytes-like)."""
+    def extend_from(self, other: MessageColumns, start: int, stop: int) -> int:
+        """Copy messages ``start:stop`` of ``other`` to the end; returns their payload bytes."""
+    def fit(self, start: int, stop: int, max_cost: int) -> int:
+        """The end of the longest run from ``start`` within ``max_cost`` (at least one message)."""
+    def clear(self) -> None:
+        """Forget the messages (the memory is kept for the next ones)."""
+    def take_arrays(self, first_ordinal: int) -> list[pa.Array]:
+        """``[lsn, data, ordinal]`` Arrow arrays of the messages; leaves this empty."""
+
+@final
+class CopyReader:
+    """The capture's receive loop over one PGconn in COPY BOTH mode (libpq functions
+    passed by address: see pgoutput_fast/capture/stream.py)."""
+
+    EMPTY: int
+    BUDGET: int
+    REPLY: int
+    END: int
+    ERROR: int
+    INSIDE_TYPES: bytes
+    def __init__(self, pgconn: int, PQgetCopyData: int, PQfreemem: int,
+                 PQconsumeInput: int) -> None: ...
+    @property
+    def wal_end(self) -> int:
+        """The highest walEnd of an XLogData or keepalive so far."""
+    @property
+    def keepalives(self) -> int: ...
+    def detach(self) -> None:
+        """Forget the connection (it is closed): ``fill`` raises from now on."""
+    def fill(self, batch: MessageColumns, ctrl: list[int], max_bytes: int) -> int:
+        """Read into ``batch`` (control-message indices into ``ctrl``); one of the constants."""

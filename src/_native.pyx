@@ -11,6 +11,7 @@
     values_api.pxi     Python entry points to the value parsers (tests, tools)
     format_text.pxi    binary value -> PostgreSQL text form (change-event table)
     decoder.pxi        the stateful columnar decoder core
+    capture_loop.pxi   the capture's receive loop (libpq CopyData -> message columns)
 """
 
 cimport cython
@@ -28,3 +29,4 @@ include "values_binary.pxi"
 include "values_api.pxi"
 include "format_text.pxi"
 include "decoder.pxi"
+include "capture_loop.pxi"

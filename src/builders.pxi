@@ -581,9 +581,13 @@ cdef class NativeBuffer:
     cdef Py_ssize_t size
     cdef Py_ssize_t cap           # the block's capacity (what it is freed with)
     cdef Py_ssize_t shape[1]
+    cdef bint uncached     # freed, not kept in the block cache (capture_loop.pxi)
 
     def __dealloc__(self):
-        release_block(self.ptr, self.cap)
+        if self.uncached:
+            free(self.ptr)
+        else:
+            release_block(self.ptr, self.cap)
 
     def __getbuffer__(self, Py_buffer *view, int flags):
         view.buf = <void *>self.ptr

@@ -53,12 +53,15 @@ Memory
 
 ``CaptureConfig.memory_bytes`` (``--memory-budget``, 256MB) bounds the message data in
 the process: one read (1/8 of it), the chunk being filled (1/8: it goes to the writer
-thread as one Parquet row group when full, also in the middle of a transaction), and
+thread as one Parquet row group when full, also in the middle of a transaction; runs of
+a read are split so that a row group stays within it), and
 the chunks queued for the writer (1/2, counted in bytes; a slower writer holds the
 reader back, which keeps answering the server). A transaction larger than the budget,
 streamed or not, is so written to the open segment's temp file as it arrives; the
-rename, checkpoint and acknowledgement still wait for its end. Arrays are built from
-buffers, not ``pa.array`` (which imports pandas when installed: ~60 MiB).
+rename, checkpoint and acknowledgement still wait for its end. The read and the chunk
+are C memory (``MessageColumns``: payloads, offsets, LSNs; 16 bytes per message beyond
+the payload), handed to Arrow without a copy; arrays are never built with ``pa.array``
+(which imports pandas when installed: ~60 MiB).
 """
 
 from .segments import (SEGMENT_SCHEMA, CaptureState, TransactionTracker, iter_segments,

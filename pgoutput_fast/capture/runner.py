@@ -10,19 +10,12 @@ import sys
 import threading
 import time
 
-import numpy as np
-import pyarrow as pa
-
 from ..lsn import format_lsn
 from .segments import (CaptureState, SegmentWriter, TransactionTracker, clean_directory,
                        load_state)
 from .stream import CaptureError, ConnectionLost, ReplicationStream, choose_options
 
 __all__ = ["CaptureConfig", "CaptureResult", "run_capture"]
-
-#: what a buffered message costs beyond its bytes (bytes object, int, list slots, tuple)
-_MSG_OVERHEAD = 120
-
 
 class CaptureConfig:
     """Everything ``run_capture`` needs (the CLI flags, one to one)."""
@@ -214,29 +207,6 @@ def run_capture(cfg: CaptureConfig, stop_event: threading.Event | None = None) -
     return result
 
 
-def _chunk_arrays(lsns: list, datas: list, first_ordinal: int) -> list:
-    """The columns lsn, data, ordinal of a chunk, built from buffers: ``pa.array`` (on
-    a list or a NumPy array) imports pandas when it is installed, which costs a
-    capture ~60 MiB of memory and most of a second."""
-    n = len(datas)
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(np.fromiter(map(len, datas), np.int64, n), out=offsets[1:])
-    if offsets[-1] < 2**31:
-        offsets = offsets.astype(np.int32)
-        dtype = pa.binary()
-    else:
-        dtype = pa.large_binary()
-    data = pa.Array.from_buffers(dtype, n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(datas))])
-    if dtype != pa.binary():
-        data = data.cast(pa.binary())   # raises if the values do not fit: never for a chunk
-    return [_int64_array(np.array(lsns, np.int64)), data,
-            _int64_array(np.arange(first_ordinal, first_ordinal + n, dtype=np.int64))]
-
-
-def _int64_array(values) -> pa.Array:
-    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
-
-
 def _peak_rss() -> int:
     """This process's peak resident set size in bytes (0 if unknown). Linux: VmHWM,
     which starts afresh at exec (``ru_maxrss`` keeps the high-water mark of the process
@@ -275,9 +245,13 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
     seg_base = result.segments
     chunk_limit = cfg.chunk_bytes
     next_ordinal = state.next_ordinal
-    lsns: list = []
-    datas: list = []
-    chunk_cost = 0     # message bytes + _MSG_OVERHEAD per message (Python objects)
+    # message columns (C memory with the native loop, lists with the ctypes loop): the
+    # messages of one read (``batch``) and the row group being filled (``chunk``)
+    columns = stream.columns_type
+    overhead = columns.MESSAGE_OVERHEAD
+    batch = columns()
+    chunk = columns()
+    chunk_cost = 0     # message bytes + ``overhead`` per message
     seg_bytes = 0
     seg_messages = 0
     seg_started = time.monotonic()
@@ -288,12 +262,11 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
         stream.read(0.0, max_messages=0)
 
     def flush_chunk():
-        nonlocal lsns, datas, chunk_cost, next_ordinal
-        if not datas:
+        nonlocal chunk_cost, next_ordinal
+        n = len(chunk)
+        if not n:
             return
-        n = len(datas)
-        arrays = _chunk_arrays(lsns, datas, next_ordinal)
-        lsns, datas = [], []     # free the Python objects before queueing the Arrow copy
+        arrays = chunk.take_arrays(next_ordinal)   # leaves the chunk empty
         chunk_cost = 0
         next_ordinal += n
         result.messages += n
@@ -326,21 +299,20 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
         result.flush_lsn = stream.flush_lsn
 
     for msg in synthetic:
-        lsns.append(0)
-        datas.append(msg)
-        chunk_cost += len(msg) + _MSG_OVERHEAD
+        chunk.append(0, msg)
+        chunk_cost += len(msg) + overhead
         seg_bytes += len(msg)
         seg_messages += 1
     try:
         # one read: the messages, and the indices of those that are not changes inside
         # a transaction (``ctrl``): only those go through the tracker one by one; the runs
-        # of changes between them are moved to the chunk as slices
-        b_lsns: list = []
-        b_datas: list = []
+        # of changes between them are copied to the chunk in one call each
         ctrl: list = []
         read_bytes = max(64 << 10, cfg.memory_bytes // 8)
         while True:
-            got = stream.read_into(0.1, b_lsns, b_datas, ctrl, read_bytes)
+            # wait less while a segment is being made durable: its acknowledgement
+            # follows sooner
+            got = stream.read_batch(0.1 if writer.idle() else 0.01, batch, ctrl, read_bytes)
             if got:
                 received_any = True
             due_by_time = seg_messages and time.monotonic() - seg_started >= cfg.segment_seconds
@@ -354,37 +326,37 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
                         # track. Also inside a transaction larger than memory the chunk
                         # goes to the open segment's temp file, renamed (and acknowledged)
                         # only at a boundary
-                        run = b_datas[prev:i]
-                        lsns.extend(b_lsns[prev:i])
-                        datas.extend(run)
-                        nb = sum(map(len, run))
-                        del run
-                        chunk_cost += nb + _MSG_OVERHEAD * (i - prev)
-                        seg_bytes += nb
-                        seg_messages += i - prev
-                        if chunk_cost >= chunk_limit:
-                            flush_chunk()
+                        a = prev
+                        while a < i:
+                            # no more than fits in the chunk: a row group stays within
+                            # ``chunk_bytes`` (a read can hold a whole one)
+                            b = batch.fit(a, i, chunk_limit - chunk_cost)
+                            nb = chunk.extend_from(batch, a, b)
+                            chunk_cost += nb + overhead * (b - a)
+                            seg_bytes += nb
+                            seg_messages += b - a
+                            if chunk_cost >= chunk_limit:
+                                flush_chunk()
+                            a = b
                     else:
                         # inside a re-sent duplicate: dropped, but for Relation/Type
                         for j in range(prev, i):
-                            keep = process(b_lsns[j], b_datas[j])
+                            keep = process(batch.lsn(j), batch.message(j))
                             if keep is not None:
-                                lsns.append(b_lsns[j])
-                                datas.append(keep)
-                                chunk_cost += len(keep) + _MSG_OVERHEAD
+                                chunk.append(batch.lsn(j), keep)
+                                chunk_cost += len(keep) + overhead
                                 seg_bytes += len(keep)
                                 seg_messages += 1
                 if i == got:
                     break
                 prev = i + 1
-                lsn = b_lsns[i]
-                keep = process(lsn, b_datas[i])
+                lsn = batch.lsn(i)
+                keep = process(lsn, batch.message(i))
                 if keep is None:
                     continue
-                lsns.append(lsn)
-                datas.append(keep)
+                chunk.append(lsn, keep)
                 n = len(keep)
-                chunk_cost += n + _MSG_OVERHEAD
+                chunk_cost += n + overhead
                 seg_bytes += n
                 seg_messages += 1
                 if not (tracker.in_txn or tracker.in_block):
@@ -395,12 +367,12 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
                         flush_chunk()
                 elif chunk_cost >= chunk_limit:
                     flush_chunk()
-            b_lsns.clear()
-            b_datas.clear()
+            batch.clear()
             ctrl.clear()
-            if not got and seg_messages and tracker.at_boundary and (
-                    due_by_time or stop_event.is_set()
+            if seg_messages and tracker.at_boundary and (
+                    (not got and (due_by_time or stop_event.is_set()))
                     or (cfg.until_lsn is not None and stream.server_wal_end >= cfg.until_lsn)):
+                # (at --until-lsn: everything before it is in, no need to wait for a pause)
                 close_segment()
             collect_durable()
             result.skipped = tracker.skipped
@@ -427,7 +399,7 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
                                    "its part is dropped and will be received again")
                     writer.abort_segment(seq, keepalive=serve)
                     seg_messages = 0
-                    lsns, datas = [], []
+                    chunk.clear()
                     chunk_cost = 0
                     break
             progress.tick(_with_txns(result, tracker), stream)

@@ -3,8 +3,7 @@ the CopyData traffic (XLogData in, keepalives answered, standby status updates o
 
 psycopg2 (``LogicalReplicationConnection``) opens the connection: DSN parsing, TLS,
 authentication, ``replication=database``. The CopyData traffic after
-``START_REPLICATION`` goes through libpq directly (``PQgetCopyData`` /
-``PQputCopyData`` on ``connection.pgconn_ptr``, via ctypes), not through
+``START_REPLICATION`` goes through libpq directly, not through
 ``ReplicationCursor.read_message``. The reason is correctness, not speed:
 psycopg2 answers keepalives itself and, when the last XLogData's ``dataStart`` is at
 or below the last flush position the client confirmed (true after every Relation,
@@ -12,7 +11,22 @@ Type or Begin-before-Origin message, whose ``dataStart`` is 0/0, and after any c
 of a transaction interleaved in WAL), it moves its own ``flush_lsn`` up to the
 keepalive's ``walEnd`` and sends that. The slot would then confirm transactions that
 were received but not yet written to a durable segment, and a crash would lose them.
-Here the only flush position ever sent is one the caller passes in.
+Here the only flush position ever sent is one the caller passes in (``set_flush``).
+
+The receive loop is native: ``CopyReader`` (``src/capture_loop.pxi``) calls
+``PQgetCopyData(async)`` until nothing more comes, with the GIL released, parses the
+XLogData headers (``dataStart``, ``walEnd``) and keepalives, appends each payload to
+one growing buffer with its end offset and LSN (``MessageColumns``: the capture then
+copies runs of it into the row group being filled and hands that memory to Arrow, no
+Python object per message), records the index of each message that is not a change
+inside a transaction (``INSIDE_TYPES``), and drains the socket (``PQconsumeInput``)
+without waiting. It returns to Python when nothing more is there (``read_batch`` then
+waits in ``select``, as before), at the byte budget, or at once when a keepalive asks
+for a reply, which ``send_status`` answers with the caller's flush position. The extension does not link libpq: psycopg2(-binary) brings
+its own, and one PGconn must only see the library that made it, so the loop gets the
+addresses of that library's functions (found with ctypes, ``_load_libpq``) and keeps
+``PGconn`` opaque. ``read_into`` is the same loop in Python through ctypes, the twin
+used with ``PGOUTPUT_FAST_IMPL=python`` (or ``ReplicationStream(native_loop=False)``).
 """
 
 from __future__ import annotations
@@ -24,6 +38,7 @@ import struct
 import time
 from typing import Any
 
+from .columns import MessageColumns as _PyColumns
 from ..lsn import format_lsn
 
 __all__ = ["ReplicationOptions", "ReplicationStream", "choose_options", "SESSION_SETTINGS",
@@ -44,6 +59,7 @@ PG_EPOCH_UNIX_US = 946_684_800_000_000
 #: Update, Delete, Truncate, Origin, Relation, Type; a Relation or Type outside one,
 #: which the resume filter emits itself, is written first and not read from here)
 INSIDE_TYPES = frozenset(b"IUDTORY")
+
 
 _XLOG_HEAD = struct.Struct(">QQq")       # dataStart, walEnd, sendTime (after the 'w')
 _KEEPALIVE = struct.Struct(">Qq?")       # walEnd, sendTime, replyRequested (after the 'k')
@@ -224,6 +240,22 @@ def _address_space():
 _MEMORY = _address_space()
 
 
+def _native_module():
+    """``pgoutput_fast._native`` when it is the selected implementation, else None."""
+    import pgoutput_fast
+
+    if pgoutput_fast.IMPL != "native":
+        return None
+    from .. import _native
+
+    return _native
+
+
+def _address(func) -> int:
+    """The address of a ctypes foreign function."""
+    return ctypes.cast(func, ctypes.c_void_p).value or 0
+
+
 def now_pg_us() -> int:
     return int(time.time() * 1_000_000) - PG_EPOCH_UNIX_US
 
@@ -238,9 +270,19 @@ class ReplicationStream:
     received (list of ``(data_start, payload)``) and answers keepalives with the flush
     position last set by ``set_flush`` (never more)."""
 
-    def __init__(self, dsn: str, *, application_name="pgoutput-fast-capture"):
+    def __init__(self, dsn: str, *, application_name="pgoutput-fast-capture", native_loop=None):
         self.dsn = dsn
         self.application_name = application_name
+        #: the receive loop: native (``CopyReader``) or the ctypes loop (``read_into``);
+        #: None: native unless ``PGOUTPUT_FAST_IMPL=python``
+        if native_loop is None:
+            native_loop = _native_module() is not None
+        elif native_loop and _native_module() is None:
+            raise CaptureError("the native receive loop needs PGOUTPUT_FAST_IMPL=native")
+        self.native_loop = bool(native_loop)
+        #: the class of message columns ``read_batch`` fills (native or plain Python)
+        self.columns_type: Any = _native_module().MessageColumns if self.native_loop else _PyColumns
+        self._reader: Any = None
         self.conn: Any = None
         self.admin: Any = None
         self.version_num: Any = None
@@ -282,8 +324,8 @@ class ReplicationStream:
         # reply well inside the server's timeout even when it does not ask (0 = no timeout)
         self.status_interval = 10.0 if not timeout_ms else min(10.0, timeout_ms / 1000 / 4)
         cur = self.conn.cursor()
-        for name, value in SESSION_SETTINGS:
-            cur.execute(f"SET {name} = '{value}'")
+        # one round trip (a walsender runs plain SQL as a simple query)
+        cur.execute("; ".join(f"SET {name} = '{value}'" for name, value in SESSION_SETTINGS))
         cur.close()
         if _LIBPQ is None:
             _LIBPQ = _load_libpq(psycopg2)
@@ -346,6 +388,13 @@ class ReplicationStream:
         self._ref = ctypes.byref(self._buf)
         self._lib.PQsetnonblocking(self._pgconn, 1)
         self._sock = self._lib.PQsocket(self._pgconn)
+        if self.native_loop:
+            # the functions of psycopg2's own libpq, by address (the extension does not
+            # link libpq: two libpqs on one PGconn would be unsafe)
+            lib = self._lib
+            self._reader = _native_module().CopyReader(
+                self.conn.pgconn_ptr, _address(lib.PQgetCopyData), _address(lib.PQfreemem),
+                _address(lib.PQconsumeInput))
         self.last_status = time.monotonic()
 
     # -- traffic -----------------------------------------------------------------------
@@ -381,28 +430,66 @@ class ReplicationStream:
     def read(self, timeout: float, max_messages: int = 50_000, out=None, max_bytes: int = 32 << 20):
         """Append received XLogData as ``(data_start, payload)`` to ``out`` (a list);
         waits up to ``timeout`` seconds for the first one. ``max_messages=0`` only
-        serves the connection (a status update when due). See ``read_into``."""
+        serves the connection (a status update when due). See ``read_batch``."""
         if out is None:
             out = []
         if max_messages <= 0:
             self.maybe_status()
             return out
-        lsns: list = []
-        datas: list = []
-        self.read_into(timeout, lsns, datas, [], max_bytes)
-        out.extend(zip(lsns, datas))
+        batch = self.columns_type()
+        self.read_batch(timeout, batch, [], max_bytes)
+        out.extend((batch.lsn(i), batch.message(i)) for i in range(len(batch)))
         return out
+
+    def read_batch(self, timeout: float, batch, ctrl: list, max_bytes: int = 32 << 20) -> int:
+        """Append received XLogData to ``batch`` (``columns_type``: each pgoutput
+        message with its ``data_start``), and to ``ctrl`` the index in ``batch`` of each
+        message whose type is not in ``INSIDE_TYPES`` (the changes, which need no
+        per-message work in the capture loop). Waits up to ``timeout`` seconds for the
+        first message; stops when nothing more is buffered or after ``max_bytes``
+        (payload plus ``batch.MESSAGE_OVERHEAD`` per message). Keepalives are answered
+        here (immediately when the server asks), status updates are sent every
+        ``status_interval``. Returns the number of messages appended."""
+        if self._reader is None:
+            return self.read_into(timeout, batch.lsns, batch.datas, ctrl, max_bytes)
+        reader = self._reader
+        n0, b0 = len(batch), batch.nbytes
+        overhead = batch.MESSAGE_OVERHEAD
+        waited = False
+        budget = max_bytes
+        while True:
+            r = reader.fill(batch, ctrl, budget)
+            if reader.wal_end > self.server_wal_end:
+                self.server_wal_end = reader.wal_end
+            self.keepalives = reader.keepalives
+            if r == reader.REPLY:
+                self.send_status()
+                budget = max_bytes - (batch.nbytes - b0) - overhead * (len(batch) - n0)
+                if budget > 0:
+                    continue
+                break
+            if r == reader.BUDGET:
+                break
+            if r == reader.EMPTY:
+                if len(batch) > n0 or waited:
+                    break
+                self.maybe_status()
+                select.select([self._sock], [], [], max(0.0, min(timeout, self.status_interval)))
+                waited = True
+                if self._lib.PQconsumeInput(self._pgconn) != 1:
+                    raise self._error("reading from the server")
+                continue
+            if r == reader.END:
+                raise ConnectionLost(self._end_message())
+            raise self._error("reading from the server")
+        self.maybe_status()
+        return len(batch) - n0
 
     def read_into(self, timeout: float, lsns: list, datas: list, ctrl: list,
                   max_bytes: int = 32 << 20) -> int:
-        """Append received XLogData to ``lsns`` (``data_start``) and ``datas`` (the
-        pgoutput message), and to ``ctrl`` the index in ``datas`` of each message whose
-        type is not in ``inside`` (``INSIDE_TYPES``: the changes, which need no
-        per-message work in the capture loop). Waits up to ``timeout`` seconds for the
-        first message; stops when nothing more is buffered or after ``max_bytes``
-        (counting what the Python objects cost). Keepalives are answered here
-        (immediately when the server asks), status updates are sent every
-        ``status_interval``. Returns the number of messages appended."""
+        """The receive loop in Python (ctypes), the twin of the native ``CopyReader``:
+        ``read_batch`` into two lists, ``lsns`` and ``datas``; ``max_bytes`` counts
+        what the Python objects cost."""
         lib, pg, buf = self._lib, self._pgconn, self._buf
         n0 = len(datas)
         getcopy, freemem, ref = self._getcopy, self._freemem, self._ref
@@ -504,3 +591,5 @@ class ReplicationStream:
                     pass
         self.conn = self.admin = None
         self._pgconn = None
+        if self._reader is not None:
+            self._reader.detach()
