@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The README's test command: sets up everything it needs, then runs the whole test
 # suite twice, against the native Cython implementation and the pure-Python reference.
-# Extra arguments go to pytest (e.g. scripts/test.sh -k decoder).
+# Extra arguments go to pytest (e.g. scripts/test.sh -k decoder). The tests run in
+# PGOUTPUT_FAST_TEST_WORKERS pytest-xdist workers (default 2, one per core of the CI
+# machine: much of the suite waits on PostgreSQL, Spark or a child process); pass -n 0
+# to run them in one process.
 set -euo pipefail
 source "$(dirname "$0")/_setup.sh"
 cd "$ROOT"
@@ -9,9 +12,10 @@ ensure_postgres
 ensure_venv test
 ensure_pg16 "$VENV/bin/python"
 
+workers=${PGOUTPUT_FAST_TEST_WORKERS:-2}
 status=0
 for impl in native python; do
     log "pytest with PGOUTPUT_FAST_IMPL=$impl"
-    PGOUTPUT_FAST_IMPL=$impl "$VENV/bin/python" -m pytest tests -q "$@" || status=$?
+    PGOUTPUT_FAST_IMPL=$impl "$VENV/bin/python" -m pytest tests -q -n "$workers" --dist worksteal "$@" || status=$?
 done
 exit $status
