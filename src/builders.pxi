@@ -34,6 +34,15 @@ ctypedef int (*value_fn)(Column *c, const unsigned char *p, Py_ssize_t n,
                          const char **why) noexcept nogil
 
 
+# Column.bin_inline: the binary values whose common case scan_typed_fast stores without
+# calling binary_fn (bn_fixed4, bn_fixed8, bn_timestamp); anything else it leaves to them.
+cdef enum:
+    BIN_INLINE_NONE = 0
+    BIN_INLINE_SWAP4 = 1          # 4 bytes byte-swapped
+    BIN_INLINE_SWAP8 = 2          # 8 bytes byte-swapped
+    BIN_INLINE_TIMESTAMP = 3      # int64 µs since 2000 -> since 1970, finite and in range
+
+
 cdef struct Column:
     int kind              # value kind (see kinds.pxi), selects the parsers
     value_fn text_fn      # parser of a text ('t') value of this kind
@@ -50,6 +59,7 @@ cdef struct Column:
     Py_ssize_t nulls      # validity is materialised only once the first null arrives
     bint any_toast
     bint any_binary       # a 'b' value was stored (for adaptive UNKNOWN columns)
+    int bin_inline        # binary values the scan loop stores itself: BIN_INLINE_*
     Column *child         # element column of LAYOUT_LIST
 
 
@@ -333,6 +343,13 @@ cdef Column *col_new(int kind, int layout, int fixed_width) noexcept nogil:
     c.fixed_width = fixed_width
     c.text_fn = text_value_fn(kind)
     c.binary_fn = binary_value_fn(kind)
+    if layout == LAYOUT_FIXED:
+        if c.binary_fn == bn_fixed4 and fixed_width == 4:
+            c.bin_inline = BIN_INLINE_SWAP4
+        elif c.binary_fn == bn_fixed8 and fixed_width == 8:
+            c.bin_inline = BIN_INLINE_SWAP8
+        elif c.binary_fn == bn_timestamp and fixed_width == 8:
+            c.bin_inline = BIN_INLINE_TIMESTAMP
     return c
 
 
