@@ -41,6 +41,18 @@ cdef enum:
     BIN_INLINE_SWAP4 = 1          # 4 bytes byte-swapped
     BIN_INLINE_SWAP8 = 2          # 8 bytes byte-swapped
     BIN_INLINE_TIMESTAMP = 3      # int64 µs since 2000 -> since 1970, finite and in range
+    BIN_INLINE_BOOL = 4           # 1 byte, 0 = false
+    BIN_INLINE_TEXT = 5           # text-like bytes: ASCII stored inline, else bn_text
+
+# Column.text_inline: the text values whose common case scan_typed_fast parses itself;
+# whatever it does not finish (a sign or length it does not take, a non-digit, non-ASCII
+# text, no room) goes to text_fn, which decides and reports as before.
+cdef enum:
+    TEXT_INLINE_NONE = 0
+    TEXT_INLINE_INT4 = 1          # -?[0-9]{1,18} in int4 range
+    TEXT_INLINE_INT8 = 2          # -?[0-9]{1,18}
+    TEXT_INLINE_BOOL = 3          # 't' / 'f'
+    TEXT_INLINE_TEXT = 4          # ASCII text copied as is
 
 
 cdef struct Column:
@@ -60,6 +72,13 @@ cdef struct Column:
     bint any_toast
     bint any_binary       # a 'b' value was stored (for adaptive UNKNOWN columns)
     int bin_inline        # binary values the scan loop stores itself: BIN_INLINE_*
+    int text_inline       # text values the scan loop parses itself: TEXT_INLINE_*
+    # timestamp[tz] text memo: the first 13 bytes ('YYYY-MM-DD HH') of the last value
+    # that took the full parser, and that hour's start in Unix µs (see ts_memo_hit)
+    bint memo_set
+    uint64_t memo_k0
+    uint64_t memo_k1
+    int64_t memo_base
     Column *child         # element column of LAYOUT_LIST
 
 
@@ -350,6 +369,20 @@ cdef Column *col_new(int kind, int layout, int fixed_width) noexcept nogil:
             c.bin_inline = BIN_INLINE_SWAP8
         elif c.binary_fn == bn_timestamp and fixed_width == 8:
             c.bin_inline = BIN_INLINE_TIMESTAMP
+        if c.text_fn == tx_int4 and fixed_width == 4:
+            c.text_inline = TEXT_INLINE_INT4
+        elif c.text_fn == tx_int8 and fixed_width == 8:
+            c.text_inline = TEXT_INLINE_INT8
+    elif layout == LAYOUT_BOOL:
+        if c.text_fn == tx_bool:
+            c.text_inline = TEXT_INLINE_BOOL
+        if c.binary_fn == bn_bool:
+            c.bin_inline = BIN_INLINE_BOOL
+    elif layout == LAYOUT_VARLEN:
+        if c.text_fn == tx_text:
+            c.text_inline = TEXT_INLINE_TEXT
+        if c.binary_fn == bn_text:
+            c.bin_inline = BIN_INLINE_TEXT
     return c
 
 

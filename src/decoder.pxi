@@ -627,6 +627,60 @@ cdef class Spool:
 
 # -- the core ----------------------------------------------------------------------
 
+cdef extern from "digits.h" nogil:
+    int pgo_digits16(const unsigned char *p, int nd, uint64_t *out)
+
+
+cdef inline bint ascii_only(const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    cdef uint64_t word, acc = 0
+    cdef Py_ssize_t i = 0
+    while i + 8 <= n:
+        memcpy(&word, p + i, 8)
+        acc |= word
+        i += 8
+    if i + 4 <= n:
+        memcpy(&word, p + i, 4)          # low 4 bytes (the rest of word is ignored below)
+        acc |= word & 0xFFFFFFFFULL
+        i += 4
+    while i < n:
+        acc |= p[i]
+        i += 1
+    return (acc & 0x8080808080808080ULL) == 0
+
+
+cdef inline void copy_bytes(unsigned char *d, const unsigned char *s, Py_ssize_t n) noexcept nogil:
+    """memcpy, with the short sizes of typical text values as a few overlapping fixed-size
+    moves instead of a call."""
+    cdef uint64_t a, b, c2, d2
+    cdef uint32_t x, y
+    if n <= 16:
+        if n >= 8:
+            memcpy(&a, s, 8)
+            memcpy(&b, s + n - 8, 8)
+            memcpy(d, &a, 8)
+            memcpy(d + n - 8, &b, 8)
+        elif n >= 4:
+            memcpy(&x, s, 4)
+            memcpy(&y, s + n - 4, 4)
+            memcpy(d, &x, 4)
+            memcpy(d + n - 4, &y, 4)
+        elif n > 0:
+            d[0] = s[0]
+            d[n >> 1] = s[n >> 1]
+            d[n - 1] = s[n - 1]
+    elif n <= 32:
+        memcpy(&a, s, 8)
+        memcpy(&b, s + 8, 8)
+        memcpy(&c2, s + n - 16, 8)
+        memcpy(&d2, s + n - 8, 8)
+        memcpy(d, &a, 8)
+        memcpy(d + 8, &b, 8)
+        memcpy(d + n - 16, &c2, 8)
+        memcpy(d + n - 8, &d2, 8)
+    else:
+        memcpy(d, s, <size_t>n)
+
+
 cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_t end,
                          int ncols, Column **cols, int *builder_rc) noexcept nogil:
     """The common case of a TupleData's typed scan, in a loop with no Python in it: 't'/'b'
@@ -635,18 +689,30 @@ cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
     caller's loop goes on from there with the full checks and error reports. A column
     it stops at is left as it was (a failed parse appends nothing). A column builder
     that cannot grow sets *builder_rc (col_end_row's code) and stops: the caller
-    raises."""
+    raises.
+
+    The commonest values (Column.text_inline / bin_inline: integers, booleans, ASCII
+    text, fixed-width binary, timestamps) are parsed and stored right here when their
+    column has room and no TOAST bitmap; anything else this inline code does not finish
+    (another shape, a bad value, no room) takes the column's parser below, which
+    decides and reports exactly as before."""
     cdef Py_ssize_t pos = pos_io[0]
     cdef Py_ssize_t start
     cdef Column *col
     cdef const char *why = NULL
+    cdef const unsigned char *p
     cdef int32_t n
     cdef uint8_t kind
     cdef int i = 0
     cdef int rc
+    cdef int code
+    cdef int j
     cdef uint32_t u32 = 0
     cdef int64_t s64 = 0
-    cdef int w
+    cdef uint64_t v, dg
+    cdef Py_ssize_t byte
+    cdef int32_t off
+    cdef bint neg, bv, goto_stored
     while i < ncols:
         if pos >= end:
             break
@@ -660,40 +726,99 @@ cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
             if n < 0 or n > end - pos - 5:
                 break
             pos += 5
-            if kind == 98 and col.bin_inline != BIN_INLINE_NONE and not col.any_toast \
-                    and col.data.cap - col.data.len >= 8:
-                # what bn_fixed4 / bn_fixed8 / bn_timestamp store for a value of the
-                # right length (and, for a timestamp, finite and in range), written
-                # here without the call and col_end_valid's layout tests; every other
-                # case (a wrong length, infinity, out of range) takes the call below
-                w = 0
-                if col.bin_inline == BIN_INLINE_SWAP4:
-                    if n == 4:
-                        u32 = pgo_be32(buf + pos)
-                        w = 4
-                elif n == 8:
-                    s64 = pgo_be64s(buf + pos)
-                    if col.bin_inline == BIN_INLINE_SWAP8:
-                        w = 8
-                    elif PGO_MIN_TIMESTAMP <= s64 < INT64_MAX - PGO_UNIX_EPOCH_USECS:
-                        s64 += PGO_UNIX_EPOCH_USECS
-                        w = 8
-                if w != 0 and (col.nulls == 0 or bit_set(&col.validity, col.length, 1) == 0):
-                    if w == 4:
-                        memcpy(col.data.data + col.data.len, &u32, 4)
+            p = buf + pos
+            code = col.text_inline if kind == 116 else col.bin_inline + 16
+            if code != 16 and not col.any_toast and (
+                    col.nulls == 0 or (col.length >> 3) < col.validity.cap):
+                # ---- inline: store the value and go on, or fall through to the parser
+                if code == TEXT_INLINE_INT4 or code == TEXT_INLINE_INT8:
+                    # -?D{1,16}: digits 8 at a time (digits.h reads up to 7 bytes before
+                    # them, inside this message: the value starts at least 13 bytes in)
+                    neg = n > 0 and p[0] == 45
+                    j = 1 if neg else 0
+                    goto_stored = False
+                    if (0 < n - j <= 16 and pos >= 8 and col.data.cap - col.data.len >= 8
+                            and pgo_digits16(p + j, n - j, &v)):
+                        s64 = -<int64_t>v if neg else <int64_t>v
+                        if code == TEXT_INLINE_INT8:
+                            memcpy(col.data.data + col.data.len, &s64, 8)
+                            col.data.len += 8
+                            goto_stored = True
+                        elif INT32_MIN <= s64 <= INT32_MAX:
+                            u32 = <uint32_t><int32_t>s64
+                            memcpy(col.data.data + col.data.len, &u32, 4)
+                            col.data.len += 4
+                            goto_stored = True
+                elif code == TEXT_INLINE_TEXT or code == BIN_INLINE_TEXT + 16:
+                    if (col.offsets.len != 0 and col.data.cap - col.data.len >= n
+                            and col.offsets.cap - col.offsets.len >= 4
+                            and col.data.len + n <= 0x7FFFFFFF and ascii_only(p, n)):
+                        copy_bytes(col.data.data + col.data.len, p, n)
+                        col.data.len += n
+                        off = <int32_t>col.data.len
+                        memcpy(col.offsets.data + col.offsets.len, &off, 4)
+                        col.offsets.len += 4
+                        goto_stored = True
                     else:
-                        memcpy(col.data.data + col.data.len, &s64, 8)
-                    col.data.len += w
+                        goto_stored = False
+                elif code == TEXT_INLINE_BOOL or code == BIN_INLINE_BOOL + 16:
+                    byte = col.length >> 3
+                    if code == TEXT_INLINE_BOOL:
+                        bv = n == 1 and p[0] == 116
+                        goto_stored = n == 1 and (p[0] == 116 or p[0] == 102)
+                    else:
+                        bv = n == 1 and p[0] != 0
+                        goto_stored = n == 1
+                    if goto_stored:
+                        if byte < col.data.len:
+                            col.data.data[byte] = <unsigned char>(
+                                (col.data.data[byte] & ~(1 << (col.length & 7))) | (bv << (col.length & 7)))
+                        elif byte == col.data.len and byte < col.data.cap:
+                            col.data.data[byte] = <unsigned char>bv
+                            col.data.len = byte + 1
+                        else:
+                            goto_stored = False
+                elif col.data.cap - col.data.len >= 8:
+                    # BIN_INLINE_SWAP4 / SWAP8 / TIMESTAMP: what bn_fixed4 / bn_fixed8 /
+                    # bn_timestamp store for a value of the right length (a timestamp
+                    # finite and in range)
+                    goto_stored = False
+                    if code == BIN_INLINE_SWAP4 + 16:
+                        if n == 4:
+                            u32 = pgo_be32(p)
+                            memcpy(col.data.data + col.data.len, &u32, 4)
+                            col.data.len += 4
+                            goto_stored = True
+                    elif n == 8 and (code == BIN_INLINE_SWAP8 + 16 or code == BIN_INLINE_TIMESTAMP + 16):
+                        s64 = pgo_be64s(p)
+                        if code == BIN_INLINE_SWAP8 + 16:
+                            goto_stored = True
+                        elif PGO_MIN_TIMESTAMP <= s64 < INT64_MAX - PGO_UNIX_EPOCH_USECS:
+                            s64 += PGO_UNIX_EPOCH_USECS
+                            goto_stored = True
+                        if goto_stored:
+                            memcpy(col.data.data + col.data.len, &s64, 8)
+                            col.data.len += 8
+                else:
+                    goto_stored = False
+                if goto_stored:
+                    if col.nulls:
+                        byte = col.length >> 3
+                        if byte < col.validity.len:
+                            col.validity.data[byte] |= <unsigned char>(1 << (col.length & 7))
+                        else:
+                            col.validity.data[byte] = 1
+                            col.validity.len = byte + 1
                     col.length += 1
-                    pos += w
+                    pos += n
                     i += 1
                     continue
             # parse_text_value / parse_binary_value inlined by hand: through them gcc
             # leaves this loop with 16 M more instructions per 100 k rows (callgrind)
             if kind == 116:
-                rc = col.text_fn(col, buf + pos, n, &why)
+                rc = col.text_fn(col, p, n, &why)
             else:
-                rc = col.binary_fn(col, buf + pos, n, &why)
+                rc = col.binary_fn(col, p, n, &why)
             if rc != 0:
                 col_discard_partial(col)
                 pos = start

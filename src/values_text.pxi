@@ -1605,14 +1605,109 @@ cdef int tx_float8(Column *c, const unsigned char *p, Py_ssize_t n, const char *
     return PGO_PUSH_FIXED(c, &v, 8, why, push_fixed_slow)
 
 
+cdef inline int ts_tail(const unsigned char *p, Py_ssize_t n, bint with_zone, int64_t *rest) noexcept nogil:
+    """The part of an ISO timestamp[tz] text after 'YYYY-MM-DD HH' (n >= 19) in its common
+    shapes: ':MM:SS[.f{1,6}]' then, with a zone, '+HH' or '+HH:MM' (or '-'), then the end.
+    0 with *rest = µs into the hour minus the zone's offset; -1 for any other shape (the
+    full parser decides those). Accepts only what text_timestamp accepts, with the same
+    value."""
+    cdef int mi, se, hh, mm = 0, nd = 0
+    cdef Py_ssize_t i = 19
+    cdef int64_t frac = 0, east = 0
+    if p[13] != 58 or p[16] != 58:
+        return -1
+    mi = two_digits(p + 14)
+    se = two_digits(p + 17)
+    if (mi | se) < 0 or mi > 59 or se > 59:
+        return -1
+    if i < n and p[i] == 46:                    # '.'
+        i += 1
+        while i < n and nd < 6 and is_digit(p[i]):
+            frac = frac * 10 + (p[i] - 48)
+            i += 1
+            nd += 1
+        if nd == 0 or (i < n and is_digit(p[i])):
+            return -1
+        frac *= <int64_t>pgo_pow10_u128[6 - nd].lo
+    if with_zone:
+        if n - i != 3 and not (n - i == 6 and p[i + 3] == 58):
+            return -1
+        if p[i] != 43 and p[i] != 45:
+            return -1
+        hh = two_digits(p + i + 1)
+        if n - i == 6:
+            mm = two_digits(p + i + 4)
+        if (hh | mm) < 0 or mm > 59:
+            return -1
+        east = hh * 3600 + mm * 60
+        if east >= PGO_TZDISP_LIMIT:
+            return -1
+        if p[i] == 45:
+            east = -east
+        i = n
+    if i != n:
+        return -1
+    rest[0] = <int64_t>mi * 60000000 + <int64_t>se * 1000000 + frac - east * 1000000
+    return 0
+
+
+# The memo's base is kept only for hours whose every value (any minute, second and zone
+# offset: within 17 h of the hour) is inside PostgreSQL's and int64's range, so a hit
+# needs no range check.
+cdef extern from *:
+    """
+    #define PGO_TS_MEMO_MARGIN INT64_C(61200000000)   /* 17 h in µs */
+    """
+    const int64_t PGO_TS_MEMO_MARGIN
+
+
+cdef inline bint ts_memo_hit(Column *c, const unsigned char *p, Py_ssize_t n, int64_t *out) noexcept nogil:
+    """A timestamp[tz] text whose date and hour are those of the column's memo: parse
+    only the rest. Timestamps in a change stream cluster in time, so most values hit."""
+    cdef uint64_t k0, k1
+    cdef int64_t rest
+    if not c.memo_set or n < 19:
+        return False
+    memcpy(&k0, p, 8)
+    memcpy(&k1, p + 5, 8)
+    if k0 != c.memo_k0 or k1 != c.memo_k1:
+        return False
+    if ts_tail(p, n, c.kind == K_TIMESTAMPTZ, &rest) < 0:
+        return False
+    out[0] = c.memo_base + rest
+    return True
+
+
+cdef inline void ts_memo_note(Column *c, const unsigned char *p, Py_ssize_t n, int64_t v) noexcept nogil:
+    """After the full parser accepted p as v (Unix µs): remember its hour, when the text
+    has the common shape (a 4-digit year, so the prefix is exactly 'YYYY-MM-DD HH')."""
+    cdef int64_t rest, pg_us
+    if n < 19 or p[4] != 45 or p[7] != 45 or p[10] != 32:
+        return
+    if ts_tail(p, n, c.kind == K_TIMESTAMPTZ, &rest) < 0:
+        return
+    v -= rest                                    # the hour's start, Unix µs
+    pg_us = v - PGO_UNIX_EPOCH_USECS
+    if (pg_us - PGO_TS_MEMO_MARGIN < PGO_MIN_TIMESTAMP or pg_us + PGO_TS_MEMO_MARGIN >= PGO_END_TIMESTAMP
+            or pg_us + PGO_TS_MEMO_MARGIN >= INT64_MAX - PGO_UNIX_EPOCH_USECS):
+        return
+    memcpy(&c.memo_k0, p, 8)
+    memcpy(&c.memo_k1, p + 5, 8)
+    c.memo_base = v
+    c.memo_set = True
+
+
 cdef int tx_timestamp(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
     cdef int64_t v
-    cdef int r = text_timestamp(p, n, c.kind == K_TIMESTAMPTZ, &v)
-    if r < 0:
-        why[0] = b"invalid or out-of-range timestamp text"
-        return -1
-    if r == 1:
-        return 1
+    cdef int r
+    if not ts_memo_hit(c, p, n, &v):
+        r = text_timestamp(p, n, c.kind == K_TIMESTAMPTZ, &v)
+        if r < 0:
+            why[0] = b"invalid or out-of-range timestamp text"
+            return -1
+        if r == 1:
+            return 1
+        ts_memo_note(c, p, n, v)
     return PGO_PUSH_FIXED(c, &v, 8, why, push_fixed_slow)
 
 

@@ -809,3 +809,122 @@ def test_generated_damaged_spooled_plain_parity(stream, data):
     batches = list(zip(split(msgs, cuts), split(lsns, cuts)))
     options = data.draw(st.sampled_from([{}, {"events": False}, {"tables": False}]))
     feed_both(batches, max_pending_bytes=data.draw(st.sampled_from([0, 60])), **options)
+
+
+# -- the scan loop's inline values and the timestamp memo ----------------------------------
+# The native scan loop parses the commonest values itself (integers of up to 16 digits,
+# ASCII text, booleans, fixed-width binary) and reuses the date and hour of the previous
+# timestamp text of the column; whatever it does not take goes to the full parser. These
+# streams aim at the edges of those shortcuts: values that look almost like what they take.
+
+_INLINE_COLS = [(23, "int4"), (20, "int8"), (25, "text"), (16, "bool"),
+                (1184, "timestamptz"), (1114, "timestamp")]
+
+_int_texts = st.one_of(
+    st.integers(-(1 << 63), (1 << 63) - 1).map(str),
+    st.integers(-(10 ** 17), 10 ** 17).map(str),
+    st.integers(-(1 << 31) - 2, (1 << 31) + 1).map(str),
+    st.sampled_from(["-0", "0", "007", "-007", "+5", "", "-", "12a", "1 ", " 1", "9" * 16,
+                     "9" * 17, "-" + "9" * 16, "1" * 19, "1" * 20, "99999999", "100000000",
+                     "2147483647", "2147483648", "-2147483648", "-2147483649", "0x1F", "1e3",
+                     "12:4", "12/4"]),
+)
+_text_values = st.one_of(
+    st.text(max_size=40).map(lambda s: s.encode()),
+    st.text(alphabet=st.characters(max_codepoint=127), max_size=40).map(lambda s: s.encode()),
+    st.binary(max_size=20),
+)
+_bool_texts = st.sampled_from(["t", "f", "t", "f", "x", "tt", "", "T", "true", "1"])
+_ts_hours = st.sampled_from(["2024-01-01 13", "1999-12-31 23", "2024-02-29 00", "0001-01-01 00",
+                             "2023-02-29 10", "2024-13-01 10", "2024-01-01 24", "294276-12-31 23"])
+_ts_tails = st.one_of(
+    st.tuples(st.integers(0, 61), st.integers(0, 61)).map(lambda t: f":{t[0]:02d}:{t[1]:02d}"),
+    st.builds(lambda m, s, f: f":{m:02d}:{s:02d}.{f}", st.integers(0, 59), st.integers(0, 59),
+              st.text(alphabet="0123456789", min_size=0, max_size=8)),
+    st.sampled_from([":00", ":0:00", ":00:00:00", "", ":5:5", ":59:59.999999"]),
+)
+_ts_zones = st.sampled_from(["", "+00", "-08", "+05:30", "+15:59", "-15:59:59", "+16", "+05:30:15",
+                             "+5", "+05:3", "+05:60", "Z", " +00", "+00 BC", " BC", "+00:00"])
+
+
+_ok_ts_hours = st.sampled_from(["2024-01-01 13", "1999-12-31 23", "2024-02-29 00", "0001-01-01 00"])
+_ok_ts_tails = st.builds(
+    lambda m, s, f: f":{m:02d}:{s:02d}" + (f".{f}" if f else ""), st.integers(0, 59),
+    st.integers(0, 59), st.text(alphabet="0123456789", max_size=6))
+
+
+def _inline_value(draw, oid, binary, weird, hour):
+    """One value of the column: a valid one, or (weird) anything near the shortcuts."""
+    if binary and oid != 1184 and draw(st.booleans()):
+        if oid == 23:
+            v = draw(st.integers(-(1 << 31), (1 << 31) - 1)).to_bytes(4, "big", signed=True)
+        elif oid == 20:
+            v = draw(st.integers(-(1 << 63), (1 << 63) - 1)).to_bytes(8, "big", signed=True)
+        elif oid == 16:
+            v = draw(st.sampled_from([b"\x00", b"\x01"]))
+        elif oid == 25:
+            v = draw(st.text(max_size=40)).encode()
+        else:
+            v = draw(_binary_timestamps)
+        if weird:
+            v = draw(st.one_of(st.just(v), st.binary(max_size=9), _text_values,
+                               st.sampled_from([b"\x02", b"", b"\x00\x00"])))
+        return Value("b", v)
+    if oid in (23, 20):
+        bits = 31 if oid == 23 else 63
+        v = str(draw(st.integers(-(1 << bits), (1 << bits) - 1)))
+        if weird:
+            v = draw(_int_texts)
+        return Value("t", v.encode())
+    if oid == 25:
+        return Value("t", draw(_text_values) if weird else draw(st.text(max_size=40)).encode())
+    if oid == 16:
+        return Value("t", (draw(_bool_texts) if weird else draw(st.sampled_from("tf"))).encode())
+    if weird and draw(st.integers(0, 5)) == 0:
+        return Value("t", draw(st.sampled_from([b"infinity", b"-infinity", b"4714-11-24 00:00:00 BC"])))
+    if weird:
+        zones = _ts_zones if oid == 1184 else st.sampled_from(["", " BC", "+00", "Z"])
+        return Value("t", (draw(st.one_of(st.just(hour), _ts_hours)) + draw(_ts_tails)
+                           + draw(zones)).encode())
+    zone = draw(st.sampled_from(["+00", "-08", "+05:30", "+15:59"])) if oid == 1184 else ""
+    return Value("t", (hour + draw(_ok_ts_tails) + zone).encode())
+
+
+@st.composite
+def _inline_stream(draw):
+    binary = draw(st.booleans())
+    rel = Relation(16384, "public", "t", "d",
+                   tuple(RelationColumn(1 if i == 0 else 0, name, oid, -1)
+                         for i, (oid, name) in enumerate(_INLINE_COLS)), None)
+    msgs, lsns, lsn = [encode_message(rel)], [0], 100
+    hour = draw(_ok_ts_hours)
+    for txn in range(draw(st.integers(1, 3))):
+        final = 1_000_000 + 1000 * txn
+        msgs.append(encode_message(Begin(final, 0, 700 + txn)))
+        lsns.append(lsn)
+        for _ in range(draw(st.integers(2, 30))):
+            if draw(st.integers(0, 7)) == 0:
+                hour = draw(_ok_ts_hours)         # mostly the same hour: memo hits
+            weird = draw(st.integers(0, 11)) == 0
+            row = tuple(None if draw(st.integers(0, 9)) == 0
+                        else _inline_value(draw, oid, binary, weird, hour)
+                        for oid, _ in _INLINE_COLS)
+            lsn += 10
+            msgs.append(encode_message(Insert(16384, row, None)))
+            lsns.append(lsn)
+        lsn += 10
+        msgs.append(encode_message(Commit(0, final, final + 5, 0)))
+        lsns.append(lsn)
+    return msgs, lsns
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream=_inline_stream(), events=st.booleans())
+def test_inline_values_and_timestamp_memo_parity(stream, events):
+    """Native (inline paths, memo) == reference, value for value and error for error, with
+    and without the change-event table (which takes another path through the core)."""
+    msgs, lsns = stream
+    feed_both([(msgs, lsns)], events=events)
+    # and one transaction per feed: the memo lives on in the column across feeds
+    cuts = [i + 1 for i, m in enumerate(msgs) if m[:1] == b"C"]
+    feed_both([(msgs[a:b], lsns[a:b]) for a, b in zip([0] + cuts, cuts) if a < b], events=events)

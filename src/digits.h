@@ -1,0 +1,67 @@
+/* Decimal digit runs, 8 digits at a time (SWAR), for the scan loop's integer fast path.
+ * Little-endian hosts load 8 bytes at once; other hosts take a plain byte loop.
+ * pgo_digits_back8 reads the 8 bytes that END at p + nd: the caller guarantees that the
+ * (8 - nd) bytes before p are readable (they are masked off, never used). */
+#ifndef PGO_DIGITS_H
+#define PGO_DIGITS_H
+
+#include <stdint.h>
+#include <string.h>
+#include "endian.h"
+
+#if defined(PGO_LITTLE_ENDIAN) && PGO_LITTLE_ENDIAN && !defined(PGO_PORTABLE_SHIFTS)
+#  define PGO_SWAR_DIGITS 1
+#else
+#  define PGO_SWAR_DIGITS 0
+#endif
+
+/* v: 8 ASCII bytes as loaded little-endian (first byte lowest). 1 and *out = their
+ * value (first byte most significant) if all 8 are '0'..'9', else 0. */
+static inline int pgo_eight_digits(uint64_t v, uint64_t *out) {
+    if (((v & 0xF0F0F0F0F0F0F0F0ULL) | (((v + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4))
+            != 0x3333333333333333ULL)
+        return 0;
+    v -= 0x3030303030303030ULL;
+    v = (v * 10) + (v >> 8);
+    v = (((v & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32)))
+         + (((v >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >> 32;
+    *out = v;
+    return 1;
+}
+
+/* nd (1..8) digits at p -> *out; 0 if any of them is not a digit. */
+static inline int pgo_digits_back8(const unsigned char *p, int nd, uint64_t *out) {
+#if PGO_SWAR_DIGITS
+    uint64_t v, low;
+    memcpy(&v, p + nd - 8, 8);
+    if (nd < 8) {
+        low = (1ULL << (8 * (8 - nd))) - 1;          /* the bytes before p */
+        v = (v & ~low) | (0x3030303030303030ULL & low);
+    }
+    return pgo_eight_digits(v, out);
+#else
+    uint64_t v = 0;
+    int i;
+    for (i = 0; i < nd; i++) {
+        unsigned d = (unsigned)p[i] - 48u;
+        if (d > 9)
+            return 0;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 1;
+#endif
+}
+
+/* nd (1..16) digits at p -> *out; 0 if any is not a digit. Same read-back rule. */
+static inline int pgo_digits16(const unsigned char *p, int nd, uint64_t *out) {
+    uint64_t hi, lo;
+    if (nd <= 8)
+        return pgo_digits_back8(p, nd, out);
+    if (!pgo_digits_back8(p, nd - 8, &hi) || !pgo_digits_back8(p + nd - 8, 8, &lo))
+        return 0;
+    *out = hi * 100000000ULL + lo;
+    return 1;
+}
+
+#endif
