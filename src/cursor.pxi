@@ -7,6 +7,11 @@
 from libc.stdint cimport uint8_t, int16_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t
 from libc.string cimport memchr, memcpy, memcmp
 
+cdef extern from "digits.h" nogil:
+    int pgo_digits16(const unsigned char *p, int nd, uint64_t *out)
+    int pgo_digit_run8(const unsigned char *p, Py_ssize_t avail, uint64_t *out)
+
+
 cdef extern from "endian.h" nogil:
     uint16_t pgo_be16(const unsigned char *p)
     uint32_t pgo_be32(const unsigned char *p)

@@ -627,10 +627,6 @@ cdef class Spool:
 
 # -- the core ----------------------------------------------------------------------
 
-cdef extern from "digits.h" nogil:
-    int pgo_digits16(const unsigned char *p, int nd, uint64_t *out)
-
-
 cdef inline bint ascii_only(const unsigned char *p, Py_ssize_t n) noexcept nogil:
     cdef uint64_t word, acc = 0
     cdef Py_ssize_t i = 0

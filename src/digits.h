@@ -6,10 +6,12 @@
 #define PGO_DIGITS_H
 
 #include <stdint.h>
+#include <stddef.h>
 #include <string.h>
 #include "endian.h"
 
-#if defined(PGO_LITTLE_ENDIAN) && PGO_LITTLE_ENDIAN && !defined(PGO_PORTABLE_SHIFTS)
+#if (defined(__GNUC__) || defined(__clang__)) && defined(PGO_LITTLE_ENDIAN) && PGO_LITTLE_ENDIAN \
+    && !defined(PGO_PORTABLE_SHIFTS)
 #  define PGO_SWAR_DIGITS 1
 #else
 #  define PGO_SWAR_DIGITS 0
@@ -27,6 +29,42 @@ static inline int pgo_eight_digits(uint64_t v, uint64_t *out) {
          + (((v >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >> 32;
     *out = v;
     return 1;
+}
+
+/* The run of digits at the start of p[0..avail), looked at 8 bytes at a time: how many
+ * of the first min(8, avail) bytes are digits before the first non-digit (0..8), and
+ * their value in *out. Reads nothing outside p[0..avail). */
+static inline int pgo_digit_run8(const unsigned char *p, ptrdiff_t avail, uint64_t *out) {
+    uint64_t v = 0;
+    int k;
+#if PGO_SWAR_DIGITS
+    uint64_t x;
+    if (avail >= 8) {
+        memcpy(&v, p, 8);
+        x = ((v & 0xF0F0F0F0F0F0F0F0ULL) | (((v + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4))
+            ^ 0x3333333333333333ULL;                 /* nonzero bytes: not digits */
+        k = x ? (__builtin_ctzll(x) >> 3) : 8;
+        if (k == 0) {
+            *out = 0;
+            return 0;
+        }
+        if (k < 8)
+            v = (v << (8 * (8 - k))) | (0x3030303030303030ULL >> (8 * k));
+        v -= 0x3030303030303030ULL;
+        v = (v * 10) + (v >> 8);
+        *out = (((v & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32)))
+                + (((v >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >> 32;
+        return k;
+    }
+#endif
+    for (k = 0; k < 8 && k < avail; k++) {
+        unsigned d = (unsigned)p[k] - 48u;
+        if (d > 9)
+            break;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return k;
 }
 
 /* nd (1..8) digits at p -> *out; 0 if any of them is not a digit. */

@@ -155,8 +155,10 @@ cdef int bin_decimal(Column *c, const unsigned char *p, Py_ssize_t n, const char
     """
     cdef int nd, weight, first, last, i, p10, top, ndig_top, unit_p = 0
     cdef uint16_t sign, dscale
-    cdef uint32_t d, f
+    cdef uint32_t d, f, q
     cdef pgo_u128 acc
+    cdef uint64_t v64
+    cdef uint64_t words[2]
     if n < 8:
         why[0] = b"truncated binary numeric"
         return -1
@@ -190,6 +192,43 @@ cdef int bin_decimal(Column *c, const unsigned char *p, Py_ssize_t n, const char
         if 4 * (weight - first) + c.scale + ndig_top > c.precision:
             why[0] = b"numeric value does not fit the decimal precision"
             return -1
+        if c.precision <= 18:
+            # the scaled value is below 10^18 (checked just above): 64-bit arithmetic,
+            # the same steps as the 128-bit loop below
+            v64 = 0
+            for i in range(first, last):
+                d = pgo_be16(p + 8 + 2 * i)
+                p10 = 4 * (weight - i) + c.scale
+                if p10 >= 0:
+                    v64 = v64 * 10000 + d
+                    unit_p = p10
+                elif p10 > -4:
+                    # constant divisors (a multiply, not a division instruction)
+                    if p10 == -1:
+                        q = d // 10
+                        f = 10
+                    elif p10 == -2:
+                        q = d // 100
+                        f = 100
+                    else:
+                        q = d // 1000
+                        f = 1000
+                    if d != q * f:
+                        why[0] = b"numeric value has more fraction digits than the decimal scale"
+                        return -1
+                    v64 = v64 * (10000 // f) + q
+                    unit_p = 0
+                elif d:
+                    why[0] = b"numeric value has more fraction digits than the decimal scale"
+                    return -1
+            v64 *= pgo_pow10_u128[unit_p].lo
+            if sign == 0x4000 and v64 != 0:
+                words[0] = 0 - v64                    # two's complement over 128 bits
+                words[1] = <uint64_t>0xFFFFFFFFFFFFFFFFULL
+            else:
+                words[0] = v64
+                words[1] = 0
+            return PGO_PUSH_FIXED(c, words, 16, why, push_fixed_slow)
         for i in range(first, last):
             d = pgo_be16(p + 8 + 2 * i)
             p10 = 4 * (weight - i) + c.scale     # decimal exponent of this group's unit

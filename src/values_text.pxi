@@ -856,6 +856,8 @@ cdef int text_float(const unsigned char *p, Py_ssize_t n, bint single, double *o
     cdef char expdigits[12]
     cdef uint64_t bits
     cdef uint32_t bits32
+    cdef uint64_t chunk
+    cdef int k8
     if n == 3 and memcmp(p, b"NaN", 3) == 0:
         out[0] = NAN
         return 0
@@ -876,9 +878,12 @@ cdef int text_float(const unsigned char *p, Py_ssize_t n, bint single, double *o
     while i < n and p[i] == 48:                   # leading zeros
         i += 1
     d0 = i
-    while i < n and is_digit(p[i]):
-        sig = sig * 10 + <uint64_t>(p[i] - 48)
-        i += 1
+    while True:                                   # 8 digits at a time (sig wraps alike)
+        k8 = pgo_digit_run8(p + i, n - i, &chunk)
+        sig = sig * pgo_pow10_u128[k8].lo + chunk
+        i += k8
+        if k8 < 8:
+            break
     nsig = <int>(i - d0)
     nmant = <int>(i - s0)
     if i < n and p[i] == 46:                      # '.'
@@ -888,9 +893,12 @@ cdef int text_float(const unsigned char *p, Py_ssize_t n, bint single, double *o
             while i < n and p[i] == 48:           # zeros right after the point
                 i += 1
         d0 = i
-        while i < n and is_digit(p[i]):
-            sig = sig * 10 + <uint64_t>(p[i] - 48)
-            i += 1
+        while True:
+            k8 = pgo_digit_run8(p + i, n - i, &chunk)
+            sig = sig * pgo_pow10_u128[k8].lo + chunk
+            i += k8
+            if k8 < 8:
+                break
         nsig += <int>(i - d0)
         nfrac = <int>(i - f0)
         nmant += nfrac
