@@ -339,7 +339,10 @@ cdef inline int bit_set(Buf *b, Py_ssize_t i, bint value) noexcept nogil:
     if byte >= b.len:
         if byte >= b.cap and buf_reserve(b, byte + 1 - b.len) < 0:
             return -1
-        memset(b.data + b.len, 0, <size_t>(byte + 1 - b.len))
+        if byte == b.len:
+            b.data[byte] = 0               # the usual case: one new byte (no memset call)
+        else:
+            memset(b.data + b.len, 0, <size_t>(byte + 1 - b.len))
         b.len = byte + 1
     if value:
         b.data[byte] |= <unsigned char>(1 << (i & 7))
@@ -419,6 +422,23 @@ cdef inline int col_push_bool(Column *c, bint value) noexcept nogil:
 
 # -- what the scanner calls --------------------------------------------------------
 
+cdef inline void col_zero_fixed(Column *c) noexcept nogil:
+    """Append the zero value of a fixed-width null (room for it already reserved):
+    constant-size stores for the usual widths instead of a memset call."""
+    cdef unsigned char *d = c.data.data + c.data.len
+    cdef uint64_t z = 0
+    if c.fixed_width == 8:
+        memcpy(d, &z, 8)
+    elif c.fixed_width == 4:
+        memcpy(d, &z, 4)
+    elif c.fixed_width == 16:
+        memcpy(d, &z, 8)
+        memcpy(d + 8, &z, 8)
+    else:
+        memset(d, 0, <size_t>c.fixed_width)
+    c.data.len += c.fixed_width
+
+
 cdef inline int col_end_row(Column *c, bint valid, bint toast) noexcept nogil:
     """Finish row `c.length`: offsets, zero value for a fixed-width null, bitmaps."""
     cdef int32_t end
@@ -440,8 +460,7 @@ cdef inline int col_end_row(Column *c, bint valid, bint toast) noexcept nogil:
         if c.layout == LAYOUT_FIXED:
             if buf_reserve(&c.data, c.fixed_width) < 0:
                 return -1
-            memset(c.data.data + c.data.len, 0, <size_t>c.fixed_width)
-            c.data.len += c.fixed_width
+            col_zero_fixed(c)
         else:
             if bit_set(&c.data, i, 0) < 0:
                 return -1

@@ -825,10 +825,44 @@ cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
                 break
             pos += n
         elif kind == 110:                        # 'n'
-            rc = col_end_row(col, 0, 0)
-            if rc < 0:
-                builder_rc[0] = rc
-                break
+            # a null in a column that already has some, with room everywhere: what
+            # col_end_row does, inline (the first null of a column takes col_end_row,
+            # which materialises the validity bitmap)
+            byte = col.length >> 3
+            goto_stored = False
+            if col.nulls and not col.any_toast and byte < col.validity.cap:
+                if col.layout == LAYOUT_FIXED:
+                    if col.data.cap - col.data.len >= col.fixed_width:
+                        col_zero_fixed(col)
+                        goto_stored = True
+                elif col.layout == LAYOUT_VARLEN:
+                    if (col.offsets.len != 0 and col.offsets.cap - col.offsets.len >= 4
+                            and col.data.len <= 0x7FFFFFFF):
+                        off = <int32_t>col.data.len
+                        memcpy(col.offsets.data + col.offsets.len, &off, 4)
+                        col.offsets.len += 4
+                        goto_stored = True
+                elif col.layout == LAYOUT_BOOL:
+                    if byte < col.data.len:
+                        col.data.data[byte] &= <unsigned char>~(1 << (col.length & 7))
+                        goto_stored = True
+                    elif byte == col.data.len and byte < col.data.cap:
+                        col.data.data[byte] = 0
+                        col.data.len = byte + 1
+                        goto_stored = True
+            if goto_stored:
+                if byte < col.validity.len:
+                    col.validity.data[byte] &= <unsigned char>~(1 << (col.length & 7))
+                else:
+                    col.validity.data[byte] = 0
+                    col.validity.len = byte + 1
+                col.nulls += 1
+                col.length += 1
+            else:
+                rc = col_end_row(col, 0, 0)
+                if rc < 0:
+                    builder_rc[0] = rc
+                    break
             pos += 1
         else:
             break
