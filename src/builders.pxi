@@ -38,11 +38,12 @@ ctypedef int (*value_fn)(Column *c, const unsigned char *p, Py_ssize_t n,
 # calling binary_fn (bn_fixed4, bn_fixed8, bn_timestamp); anything else it leaves to them.
 cdef enum:
     BIN_INLINE_NONE = 0
-    BIN_INLINE_SWAP4 = 1          # 4 bytes byte-swapped
-    BIN_INLINE_SWAP8 = 2          # 8 bytes byte-swapped
-    BIN_INLINE_TIMESTAMP = 3      # int64 µs since 2000 -> since 1970, finite and in range
-    BIN_INLINE_BOOL = 4           # 1 byte, 0 = false
-    BIN_INLINE_TEXT = 5           # text-like bytes: ASCII stored inline, else bn_text
+    # (numbered apart from TEXT_INLINE_*: the scan loop dispatches on either in one switch)
+    BIN_INLINE_SWAP4 = 17         # 4 bytes byte-swapped
+    BIN_INLINE_SWAP8 = 18         # 8 bytes byte-swapped
+    BIN_INLINE_TIMESTAMP = 19     # int64 µs since 2000 -> since 1970, finite and in range
+    BIN_INLINE_BOOL = 20          # 1 byte, 0 = false
+    BIN_INLINE_TEXT = 21          # text-like bytes: ASCII stored inline, else bn_text
 
 # Column.text_inline: the text values whose common case scan_typed_fast parses itself;
 # whatever it does not finish (a sign or length it does not take, a non-digit, non-ASCII
@@ -53,6 +54,7 @@ cdef enum:
     TEXT_INLINE_INT8 = 2          # -?[0-9]{1,18}
     TEXT_INLINE_BOOL = 3          # 't' / 'f'
     TEXT_INLINE_TEXT = 4          # ASCII text copied as is
+    TEXT_INLINE_TIMESTAMP = 5     # timestamp[tz] whose date and hour the column's memo holds
 
 
 cdef struct Column:
@@ -376,6 +378,8 @@ cdef Column *col_new(int kind, int layout, int fixed_width) noexcept nogil:
             c.text_inline = TEXT_INLINE_INT4
         elif c.text_fn == tx_int8 and fixed_width == 8:
             c.text_inline = TEXT_INLINE_INT8
+        elif c.text_fn == tx_timestamp and fixed_width == 8:
+            c.text_inline = TEXT_INLINE_TIMESTAMP
     elif layout == LAYOUT_BOOL:
         if c.text_fn == tx_bool:
             c.text_inline = TEXT_INLINE_BOOL

@@ -723,8 +723,8 @@ cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
                 break
             pos += 5
             p = buf + pos
-            code = col.text_inline if kind == 116 else col.bin_inline + 16
-            if code != 16 and not col.any_toast and (
+            code = col.text_inline if kind == 116 else col.bin_inline
+            if code != 0 and not col.any_toast and (
                     col.nulls == 0 or (col.length >> 3) < col.validity.cap):
                 # ---- inline: store the value and go on, or fall through to the parser
                 if code == TEXT_INLINE_INT4 or code == TEXT_INLINE_INT8:
@@ -745,7 +745,13 @@ cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
                             memcpy(col.data.data + col.data.len, &u32, 4)
                             col.data.len += 4
                             goto_stored = True
-                elif code == TEXT_INLINE_TEXT or code == BIN_INLINE_TEXT + 16:
+                elif code == TEXT_INLINE_TIMESTAMP:
+                    goto_stored = (col.data.cap - col.data.len >= 8
+                                   and ts_memo_hit(col, p, n, &s64))
+                    if goto_stored:
+                        memcpy(col.data.data + col.data.len, &s64, 8)
+                        col.data.len += 8
+                elif code == TEXT_INLINE_TEXT or code == BIN_INLINE_TEXT:
                     if (col.offsets.len != 0 and col.data.cap - col.data.len >= n
                             and col.offsets.cap - col.offsets.len >= 4
                             and col.data.len + n <= 0x7FFFFFFF and ascii_only(p, n)):
@@ -757,7 +763,7 @@ cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
                         goto_stored = True
                     else:
                         goto_stored = False
-                elif code == TEXT_INLINE_BOOL or code == BIN_INLINE_BOOL + 16:
+                elif code == TEXT_INLINE_BOOL or code == BIN_INLINE_BOOL:
                     byte = col.length >> 3
                     if code == TEXT_INLINE_BOOL:
                         bv = n == 1 and p[0] == 116
@@ -774,27 +780,28 @@ cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
                             col.data.len = byte + 1
                         else:
                             goto_stored = False
-                elif col.data.cap - col.data.len >= 8:
-                    # BIN_INLINE_SWAP4 / SWAP8 / TIMESTAMP: what bn_fixed4 / bn_fixed8 /
-                    # bn_timestamp store for a value of the right length (a timestamp
-                    # finite and in range)
+                elif (code == BIN_INLINE_SWAP4 or code == BIN_INLINE_SWAP8
+                      or code == BIN_INLINE_TIMESTAMP):
+                    # what bn_fixed4 / bn_fixed8 / bn_timestamp store for a value of the
+                    # right length (a timestamp finite and in range)
                     goto_stored = False
-                    if code == BIN_INLINE_SWAP4 + 16:
-                        if n == 4:
-                            u32 = pgo_be32(p)
-                            memcpy(col.data.data + col.data.len, &u32, 4)
-                            col.data.len += 4
-                            goto_stored = True
-                    elif n == 8 and (code == BIN_INLINE_SWAP8 + 16 or code == BIN_INLINE_TIMESTAMP + 16):
-                        s64 = pgo_be64s(p)
-                        if code == BIN_INLINE_SWAP8 + 16:
-                            goto_stored = True
-                        elif PGO_MIN_TIMESTAMP <= s64 < INT64_MAX - PGO_UNIX_EPOCH_USECS:
-                            s64 += PGO_UNIX_EPOCH_USECS
-                            goto_stored = True
-                        if goto_stored:
-                            memcpy(col.data.data + col.data.len, &s64, 8)
-                            col.data.len += 8
+                    if col.data.cap - col.data.len >= 8:
+                        if code == BIN_INLINE_SWAP4:
+                            if n == 4:
+                                u32 = pgo_be32(p)
+                                memcpy(col.data.data + col.data.len, &u32, 4)
+                                col.data.len += 4
+                                goto_stored = True
+                        elif n == 8:
+                            s64 = pgo_be64s(p)
+                            if code == BIN_INLINE_SWAP8:
+                                goto_stored = True
+                            elif PGO_MIN_TIMESTAMP <= s64 < INT64_MAX - PGO_UNIX_EPOCH_USECS:
+                                s64 += PGO_UNIX_EPOCH_USECS
+                                goto_stored = True
+                            if goto_stored:
+                                memcpy(col.data.data + col.data.len, &s64, 8)
+                                col.data.len += 8
                 else:
                     goto_stored = False
                 if goto_stored:
