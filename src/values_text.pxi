@@ -995,6 +995,49 @@ cdef int text_float(const unsigned char *p, Py_ssize_t n, bint single, double *o
     return 0
 
 
+cdef inline bint decimal18_fast(const Column *c, const unsigned char *p, Py_ssize_t n,
+                                int64_t *out) noexcept nogil:
+    """numeric(p <= 18, s) text in one pass: -?D+[.D*] that fits, with no nonzero digit
+    past the scale -> the scaled value. False for anything else (text_decimal's general
+    path then decides, and reports)."""
+    cdef Py_ssize_t i = 0
+    cdef bint neg = False
+    cdef uint64_t v = 0, d
+    cdef int nint = 0, nfrac = 0
+    if n > 0 and p[0] == 45:
+        neg = True
+        i = 1
+    if i >= n or p[i] == 46:
+        return False
+    while i < n:
+        d = <uint64_t>p[i] - 48
+        if d > 9:
+            break
+        v = v * 10 + d
+        if v != 0:
+            nint += 1                       # significant integer digits
+            if nint > c.precision - c.scale:
+                return False
+        i += 1
+    if i < n:
+        if p[i] != 46:
+            return False
+        i += 1
+        while i < n:
+            d = <uint64_t>p[i] - 48
+            if d > 9:
+                return False
+            if nfrac < c.scale:
+                v = v * 10 + d
+                nfrac += 1
+            elif d != 0:
+                return False
+            i += 1
+    v *= pgo_pow10_u128[c.scale - nfrac].lo
+    out[0] = -<int64_t>v if neg else <int64_t>v
+    return True
+
+
 cdef int text_decimal(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
     """numeric text -> decimal128(precision, scale): -?(D+[.D*]|.D+); NaN/±Infinity -> 1."""
     cdef Py_ssize_t i = 0, int_start, int_end, frac_start, frac_end, j
@@ -1004,6 +1047,11 @@ cdef int text_decimal(Column *c, const unsigned char *p, Py_ssize_t n, const cha
     cdef int nchunk = 0, used, nint
     cdef uint64_t v64
     cdef uint64_t words[2]
+    cdef int64_t s64
+    if c.precision <= 18 and decimal18_fast(c, p, n, &s64):
+        words[0] = <uint64_t>s64
+        words[1] = <uint64_t>0xFFFFFFFFFFFFFFFFULL if s64 < 0 else 0
+        return PGO_PUSH_FIXED(c, words, 16, why, push_fixed_slow)
     if text_is(p, n, b"NaN", 3) or text_is(p, n, b"Infinity", 8) or text_is(p, n, b"-Infinity", 9):
         return 1
     if n > 0 and p[0] == 45:
