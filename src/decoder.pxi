@@ -550,7 +550,11 @@ cdef class Spool:
         self.origin = -1
 
     def __dealloc__(self):
-        buf_free(&self.mem)
+        # its memory goes to the block cache: the next transaction's spool reuses it
+        # instead of faulting in fresh pages
+        release_block(self.mem.data, self.mem.cap)
+        self.mem.data = NULL
+        self.mem.len = self.mem.cap = 0
         if self.file is not None:
             try:
                 self.file.close()
@@ -1305,46 +1309,54 @@ cdef class DecoderCore:
 
     cdef int _replay_records(self, Spool sp) except -1:
         """Write the spooled records with the metadata in ctx, and commit them."""
-        cdef const unsigned char *p
-        cdef Py_ssize_t n, pos
+        cdef Py_ssize_t used
+        cdef bytes data
+        self.txn_messages = []
+        if sp.file is None:
+            # all in memory: read the records where they are (no copy)
+            if self._replay_run(sp, sp.mem.data, sp.mem.len) != sp.mem.len:
+                raise DecodeError("spool ended inside a record", None, None)
+        else:
+            pending = b""
+            for chunk in sp.chunks():
+                data = pending + chunk if pending else chunk
+                used = self._replay_run(sp, <const unsigned char *>PyBytes_AS_STRING(data),
+                                        PyBytes_GET_SIZE(data))
+                pending = data[used:]
+            if pending:
+                raise DecodeError("spool ended inside a record", None, None)
+        self._commit_rows()
+        return 0
+
+    cdef Py_ssize_t _replay_run(self, Spool sp, const unsigned char *p, Py_ssize_t n) except -1:
+        """Write the whole records in p[0..n); returns the bytes they took."""
+        cdef Py_ssize_t pos = 0
         cdef MsgRef m
         cdef uint8_t kind
         cdef int32_t rb_id
         cdef uint32_t len32
         cdef Cursor c
-        cdef bytes data
-        self.txn_messages = []
-        pending = b""
-        for chunk in sp.chunks():
-            data = pending + chunk if pending else chunk
-            p = <const unsigned char *>PyBytes_AS_STRING(data)
-            n = PyBytes_GET_SIZE(data)
-            pos = 0
-            while n - pos >= REC_HEAD:
-                memcpy(&len32, p + pos + 14, 4)
-                if n - pos - REC_HEAD < <Py_ssize_t>len32:
-                    break
-                kind = p[pos]
-                memcpy(&rb_id, p + pos + 2, 4)
-                memcpy(&m.lsn, p + pos + 6, 8)
-                m.p = p + pos + REC_HEAD
-                m.n = len32
-                cur_init(&c, m.p, m.n)
-                c.pos = 5 if p[pos + 1] else 1
-                if kind == REC_DML:
-                    self._write_dml(&m, &c, m.p[0], <RelBuilders>self.rb_all[rb_id])
-                elif kind == REC_TRUNCATE:
-                    self._write_truncate(&m, &c, sp.truncates[rb_id])
-                elif kind == REC_ORIGIN:
-                    self.ctx.origin = rb_id
-                else:
-                    self.txn_messages.append(self._message_obj(&m, p[pos + 1]))
-                pos += REC_HEAD + len32
-            pending = data[pos:]
-        if pending:
-            raise DecodeError("spool ended inside a record", None, None)
-        self._commit_rows()
-        return 0
+        while n - pos >= REC_HEAD:
+            memcpy(&len32, p + pos + 14, 4)
+            if n - pos - REC_HEAD < <Py_ssize_t>len32:
+                break
+            kind = p[pos]
+            memcpy(&rb_id, p + pos + 2, 4)
+            memcpy(&m.lsn, p + pos + 6, 8)
+            m.p = p + pos + REC_HEAD
+            m.n = len32
+            cur_init(&c, m.p, m.n)
+            c.pos = 5 if p[pos + 1] else 1
+            if kind == REC_DML:
+                self._write_dml(&m, &c, m.p[0], <RelBuilders>self.rb_all[rb_id])
+            elif kind == REC_TRUNCATE:
+                self._write_truncate(&m, &c, sp.truncates[rb_id])
+            elif kind == REC_ORIGIN:
+                self.ctx.origin = rb_id
+            else:
+                self.txn_messages.append(self._message_obj(&m, p[pos + 1]))
+            pos += REC_HEAD + len32
+        return pos
 
     cdef object _message_obj(self, const MsgRef *m, bint in_stream):
         msg = decode_message(<const unsigned char[:m.n]>m.p, in_stream=in_stream)
