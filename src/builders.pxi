@@ -35,7 +35,8 @@ ctypedef int (*value_fn)(Column *c, const unsigned char *p, Py_ssize_t n,
 
 
 # Column.bin_inline: the binary values whose common case scan_typed_fast stores without
-# calling binary_fn (bn_fixed4, bn_fixed8, bn_timestamp); anything else it leaves to them.
+# calling binary_fn (bn_fixed4, bn_fixed8, bn_timestamp, bn_bool, bn_text); anything else
+# (a wrong length, infinity, non-ASCII text, no room) it leaves to them.
 cdef enum:
     BIN_INLINE_NONE = 0
     # (numbered apart from TEXT_INLINE_*: the scan loop dispatches on either in one switch)
@@ -50,8 +51,8 @@ cdef enum:
 # text, no room) goes to text_fn, which decides and reports as before.
 cdef enum:
     TEXT_INLINE_NONE = 0
-    TEXT_INLINE_INT4 = 1          # -?[0-9]{1,18} in int4 range
-    TEXT_INLINE_INT8 = 2          # -?[0-9]{1,18}
+    TEXT_INLINE_INT4 = 1          # -?[0-9]{1,16} in int4 range
+    TEXT_INLINE_INT8 = 2          # -?[0-9]{1,16}
     TEXT_INLINE_BOOL = 3          # 't' / 'f'
     TEXT_INLINE_TEXT = 4          # ASCII text copied as is
     TEXT_INLINE_TIMESTAMP = 5     # timestamp[tz] whose date and hour the column's memo holds

@@ -632,15 +632,17 @@ cdef class Spool:
 # -- the core ----------------------------------------------------------------------
 
 cdef inline bint ascii_only(const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    """No byte of p[0..n) has its high bit set (8, then 4 bytes at a time)."""
     cdef uint64_t word, acc = 0
+    cdef uint32_t half
     cdef Py_ssize_t i = 0
     while i + 8 <= n:
         memcpy(&word, p + i, 8)
         acc |= word
         i += 8
     if i + 4 <= n:
-        memcpy(&word, p + i, 4)          # low 4 bytes (the rest of word is ignored below)
-        acc |= word & 0xFFFFFFFFULL
+        memcpy(&half, p + i, 4)
+        acc |= half
         i += 4
     while i < n:
         acc |= p[i]
