@@ -653,16 +653,7 @@ def test_generated_tables_only_runs_parity(stream, data):
     (which never takes that path), damaged message or not."""
     msgs, lsns = stream
     if data.draw(st.booleans()):
-        i = data.draw(st.integers(0, len(msgs) - 1))
-        m = msgs[i]
-        how = data.draw(st.sampled_from(["cut", "flip", "extra"]))
-        if how == "cut":
-            msgs[i] = m[: data.draw(st.integers(0, len(m) - 1))]
-        elif how == "flip":
-            j = data.draw(st.integers(0, len(m) - 1))
-            msgs[i] = m[:j] + bytes([m[j] ^ data.draw(st.integers(1, 255))]) + m[j + 1:]
-        else:
-            msgs[i] = m + b"\x00"
+        damage_one(msgs, data)
     feed_both([(msgs, lsns)], events=False)
     tables_only = run_feed(make_decoder(IMPLS["native"], events=False), pa.array(msgs, pa.binary()), lsns)
     both = run_feed(make_decoder(IMPLS["native"]), pa.array(msgs, pa.binary()), lsns)
@@ -674,6 +665,20 @@ def test_generated_tables_only_runs_parity(stream, data):
         assert [v for v, _ in cs_a.table_versions] == [v for v, _ in cs_b.table_versions]
         for (va, ta), (_, tb) in zip(cs_a.table_versions, cs_b.table_versions):
             assert_tables_equal(ta, tb, f"tables only vs with events: {va}")
+
+
+def damage_one(msgs, data):
+    """Damage one message in place: cut it short, flip a byte, or append a byte."""
+    i = data.draw(st.integers(0, len(msgs) - 1))
+    m = msgs[i]
+    how = data.draw(st.sampled_from(["cut", "flip", "extra"]))
+    if how == "cut":
+        msgs[i] = m[: data.draw(st.integers(0, len(m) - 1))]
+    elif how == "flip":
+        j = data.draw(st.integers(0, len(m) - 1))
+        msgs[i] = m[:j] + bytes([m[j] ^ data.draw(st.integers(1, 255))]) + m[j + 1:]
+    else:
+        msgs[i] = m + b"\x00"
 
 
 def feed_both_damaged(msgs, lsns, **options):
@@ -795,16 +800,7 @@ def test_generated_damaged_spooled_plain_parity(stream, data):
     """A damaged message in a stream cut into feeds with a tiny limit (so the open plain
     transaction it belongs to is often spooled): the same error, index and offset."""
     msgs, lsns = stream
-    i = data.draw(st.integers(0, len(msgs) - 1))
-    m = msgs[i]
-    how = data.draw(st.sampled_from(["cut", "flip", "extra"]))
-    if how == "cut":
-        msgs[i] = m[: data.draw(st.integers(0, len(m) - 1))]
-    elif how == "flip":
-        j = data.draw(st.integers(0, len(m) - 1))
-        msgs[i] = m[:j] + bytes([m[j] ^ data.draw(st.integers(1, 255))]) + m[j + 1:]
-    else:
-        msgs[i] = m + b"\x00"
+    damage_one(msgs, data)
     cuts = data.draw(st.lists(st.integers(1, max(1, len(msgs) - 1)), max_size=6, unique=True)) if len(msgs) > 1 else []
     batches = list(zip(split(msgs, cuts), split(lsns, cuts)))
     options = data.draw(st.sampled_from([{}, {"events": False}, {"tables": False}]))
