@@ -10,6 +10,7 @@ from libc.string cimport memchr, memcpy, memcmp
 cdef extern from "digits.h" nogil:
     int pgo_digits16(const unsigned char *p, int nd, uint64_t *out)
     int pgo_digit_run8(const unsigned char *p, Py_ssize_t avail, uint64_t *out)
+    bint pgo_mmss(const unsigned char *p, int *mi, int *se)
 
 
 cdef extern from "endian.h" nogil:

@@ -84,6 +84,36 @@ cdef struct Meta:
     Py_ssize_t rows
 
 
+cdef inline int meta_reserve(Meta *m, Py_ssize_t rows) noexcept nogil:
+    """Room for `rows` more meta_put rows."""
+    if (buf_reserve(&m.lsn, 8 * rows) < 0 or buf_reserve(&m.commit_lsn, 8 * rows) < 0
+            or buf_reserve(&m.commit_ts, 8 * rows) < 0 or buf_reserve(&m.xid, 8 * rows) < 0
+            or buf_reserve(&m.seq, 8 * rows) < 0 or buf_reserve(&m.op, rows) < 0
+            or buf_reserve(&m.origin, 4 * rows) < 0):
+        return -1
+    return 0
+
+
+cdef inline void meta_put(Meta *m, uint64_t lsn, Ctx *ctx, char op) noexcept nogil:
+    """meta_append into room that meta_reserve made."""
+    cdef int64_t v = <int64_t>lsn
+    memcpy(m.lsn.data + m.lsn.len, &v, 8)
+    m.lsn.len += 8
+    memcpy(m.commit_lsn.data + m.commit_lsn.len, &ctx.commit_lsn, 8)
+    m.commit_lsn.len += 8
+    memcpy(m.commit_ts.data + m.commit_ts.len, &ctx.commit_ts, 8)
+    m.commit_ts.len += 8
+    memcpy(m.xid.data + m.xid.len, &ctx.xid, 8)
+    m.xid.len += 8
+    memcpy(m.seq.data + m.seq.len, &ctx.seq, 8)
+    m.seq.len += 8
+    m.op.data[m.op.len] = <unsigned char>op
+    m.op.len += 1
+    memcpy(m.origin.data + m.origin.len, &ctx.origin, 4)
+    m.origin.len += 4
+    m.rows += 1
+
+
 cdef inline int meta_append(Meta *m, uint64_t lsn, Ctx *ctx, char op) noexcept nogil:
     cdef int64_t v = <int64_t>lsn
     cdef unsigned char o = <unsigned char>op
@@ -683,8 +713,62 @@ cdef inline void copy_bytes(unsigned char *d, const unsigned char *s, Py_ssize_t
         memcpy(d, s, <size_t>n)
 
 
-cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_t end,
-                         int ncols, Column **cols, int *builder_rc) noexcept nogil:
+DEF FAST_BLOCK_ROWS = 1024           # rows a _fast_run block reserves room for at once
+DEF FAST_BLOCK_BYTES = 1 << 20       # and message bytes (at least one message)
+
+
+cdef int reserve_block(int ncols, Column **cols, Py_ssize_t rows, Py_ssize_t nbytes) noexcept nogil:
+    """Room in every column for `rows` more TupleData holding `nbytes` message bytes in
+    all, as scan_typed_roomy takes it: a row appends at most fixed_width bytes to a fixed
+    column, a bit to a bool one, and to a var-len one an offset and at most its message's
+    length. 0 ok, -1 out of memory, 1 a var-len column's int32 offsets could leave their
+    range within the block (the caller scans it with the checks)."""
+    cdef int i
+    cdef Column *col
+    cdef Py_ssize_t need
+    for i in range(ncols):
+        col = cols[i]
+        if col.layout == LAYOUT_FIXED:
+            if buf_reserve(&col.data, rows * col.fixed_width) < 0:
+                return -1
+        elif col.layout == LAYOUT_VARLEN:
+            if col.data.len + nbytes > 0x7FFFFFFF:
+                return 1
+            if buf_reserve(&col.data, nbytes) < 0 or buf_reserve(&col.offsets, 4 * rows + 4) < 0:
+                return -1
+        elif col.layout == LAYOUT_BOOL:
+            need = ((col.length + rows + 7) >> 3) - col.data.len
+            if need > 0 and buf_reserve(&col.data, need) < 0:
+                return -1
+    return 0
+
+
+# Compile-time tags of scan_typed_core's two versions (a fused type, so each is its own
+# C function with the room tests of the other folded away).
+cdef struct RoomChecked:
+    char unused
+cdef struct RoomReserved:
+    char unused
+ctypedef fused room_t:
+    RoomChecked
+    RoomReserved
+
+
+cdef inline int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_t end,
+                                int ncols, Column **cols, int *builder_rc) noexcept nogil:
+    """scan_typed_core that checks each column's room before an inline store."""
+    return scan_typed_core(buf, pos_io, end, ncols, cols, builder_rc, <RoomChecked *>NULL)
+
+
+cdef inline int scan_typed_roomy(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_t end,
+                                 int ncols, Column **cols, int *builder_rc) noexcept nogil:
+    """scan_typed_core for a TupleData whose columns have room reserved (reserve_block):
+    the inline stores skip their room checks."""
+    return scan_typed_core(buf, pos_io, end, ncols, cols, builder_rc, <RoomReserved *>NULL)
+
+
+cdef int scan_typed_core(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_t end,
+                         int ncols, Column **cols, int *builder_rc, room_t *tag) noexcept nogil:
     """The common case of a TupleData's typed scan, in a loop with no Python in it: 't'/'b'
     values that parse, and nulls. Returns the index of the first column it did not
     finish (ncols when all are done), with *pos_io at that column's kind byte; the
@@ -697,7 +781,11 @@ cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
     text, fixed-width binary, timestamps) are parsed and stored right here when their
     column has room and no TOAST bitmap; anything else this inline code does not finish
     (another shape, a bad value, no room) takes the column's parser below, which
-    decides and reports exactly as before."""
+    decides and reports exactly as before.
+
+    RoomReserved (tag's type; no value is passed): the caller reserved, for this TupleData, fixed_width bytes in every fixed
+    column, the message's length in every var-len column's data (with its int32
+    offsets still in range) and 4 bytes of offsets, and a byte of bool data."""
     cdef Py_ssize_t pos = pos_io[0]
     cdef Py_ssize_t start
     cdef Column *col
@@ -715,6 +803,7 @@ cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
     cdef Py_ssize_t byte
     cdef int32_t off
     cdef bint neg, bv, goto_stored
+    cdef bint roomy = room_t is RoomReserved     # a constant in each version
     while i < ncols:
         if pos >= end:
             break
@@ -739,7 +828,7 @@ cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
                     neg = n > 0 and p[0] == 45
                     j = 1 if neg else 0
                     goto_stored = False
-                    if (0 < n - j <= 16 and pos >= 8 and col.data.cap - col.data.len >= 8
+                    if (0 < n - j <= 16 and pos >= 8 and (roomy or col.data.cap - col.data.len >= 8)
                             and pgo_digits16(p + j, n - j, &v)):
                         s64 = -<int64_t>v if neg else <int64_t>v
                         if code == TEXT_INLINE_INT8:
@@ -752,15 +841,17 @@ cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
                             col.data.len += 4
                             goto_stored = True
                 elif code == TEXT_INLINE_TIMESTAMP:
-                    goto_stored = (col.data.cap - col.data.len >= 8
+                    goto_stored = ((roomy or col.data.cap - col.data.len >= 8)
                                    and ts_memo_hit(col, p, n, &s64))
                     if goto_stored:
                         memcpy(col.data.data + col.data.len, &s64, 8)
                         col.data.len += 8
                 elif code == TEXT_INLINE_TEXT or code == BIN_INLINE_TEXT:
-                    if (col.offsets.len != 0 and col.data.cap - col.data.len >= n
-                            and col.offsets.cap - col.offsets.len >= 4
-                            and col.data.len + n <= 0x7FFFFFFF and ascii_only(p, n)):
+                    if (col.offsets.len != 0
+                            and (roomy or (col.data.cap - col.data.len >= n
+                                           and col.offsets.cap - col.offsets.len >= 4
+                                           and col.data.len + n <= 0x7FFFFFFF))
+                            and ascii_only(p, n)):
                         copy_bytes(col.data.data + col.data.len, p, n)
                         col.data.len += n
                         off = <int32_t>col.data.len
@@ -781,7 +872,7 @@ cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
                         if byte < col.data.len:
                             col.data.data[byte] = <unsigned char>(
                                 (col.data.data[byte] & ~(1 << (col.length & 7))) | (bv << (col.length & 7)))
-                        elif byte == col.data.len and byte < col.data.cap:
+                        elif byte == col.data.len and (roomy or byte < col.data.cap):
                             col.data.data[byte] = <unsigned char>bv
                             col.data.len = byte + 1
                         else:
@@ -791,7 +882,7 @@ cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
                     # what bn_fixed4 / bn_fixed8 / bn_timestamp store for a value of the
                     # right length (a timestamp finite and in range)
                     goto_stored = False
-                    if col.data.cap - col.data.len >= 8:
+                    if roomy or col.data.cap - col.data.len >= 8:
                         if code == BIN_INLINE_SWAP4:
                             if n == 4:
                                 u32 = pgo_be32(p)
@@ -845,12 +936,12 @@ cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
             goto_stored = False
             if col.nulls and not col.any_toast and byte < col.validity.cap:
                 if col.layout == LAYOUT_FIXED:
-                    if col.data.cap - col.data.len >= col.fixed_width:
+                    if roomy or col.data.cap - col.data.len >= col.fixed_width:
                         col_zero_fixed(col)
                         goto_stored = True
                 elif col.layout == LAYOUT_VARLEN:
-                    if (col.offsets.len != 0 and col.offsets.cap - col.offsets.len >= 4
-                            and col.data.len <= 0x7FFFFFFF):
+                    if col.offsets.len != 0 and (roomy or (col.offsets.cap - col.offsets.len >= 4
+                                                          and col.data.len <= 0x7FFFFFFF)):
                         off = <int32_t>col.data.len
                         memcpy(col.offsets.data + col.offsets.len, &off, 4)
                         col.offsets.len += 4
@@ -859,7 +950,7 @@ cdef int scan_typed_fast(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
                     if byte < col.data.len:
                         col.data.data[byte] &= <unsigned char>~(1 << (col.length & 7))
                         goto_stored = True
-                    elif byte == col.data.len and byte < col.data.cap:
+                    elif byte == col.data.len and (roomy or byte < col.data.cap):
                         col.data.data[byte] = 0
                         col.data.len = byte + 1
                         goto_stored = True
@@ -1560,37 +1651,56 @@ cdef class DecoderCore:
         cdef uint32_t relid = rb.relid
         cdef int ncols = rb.ncols
         cdef Py_ssize_t i = index[0]
-        cdef Py_ssize_t pos
+        cdef Py_ssize_t j, nbytes, pos
         cdef const MsgRef *m
         cdef const unsigned char *p
         cdef Cursor c
         cdef uint8_t t
         cdef int k, rc
+        cdef bint roomy
         while i < nrefs:
-            m = &refs[i]
-            p = m.p
-            if m.n < 8:
+            # a block of the run: room for all of it reserved at once (meta_put and
+            # scan_typed_roomy then store without checks)
+            j = i
+            nbytes = 0
+            while j < nrefs and j - i < FAST_BLOCK_ROWS:
+                m = &refs[j]
+                p = m.p
+                if m.n < 8 or (j > i and nbytes + m.n > FAST_BLOCK_BYTES):
+                    break
+                t = p[0]
+                if ((t != 73 and t != 85) or p[5] != 78 or pgo_be32(p + 1) != relid
+                        or pgo_be16s(p + 6) != ncols):
+                    break
+                nbytes += m.n
+                j += 1
+            if j == i:
                 break
-            t = p[0]
-            if ((t != 73 and t != 85) or p[5] != 78 or pgo_be32(p + 1) != relid
-                    or pgo_be16s(p + 6) != ncols):
-                break
-            index[0] = i
+            rc = reserve_block(ncols, cols, j - i, nbytes)
+            if rc < 0 or meta_reserve(meta, j - i) < 0:
+                raise MemoryError()
+            roomy = rc == 0
             if not rb.dirty:
                 self._touch(rb)
-            pos = 8
-            rc = 0
-            k = scan_typed_fast(p, &pos, m.n, ncols, cols, &rc)
-            if k != ncols or rc != 0 or pos != m.n:
-                cur_init(&c, p, m.n)
-                c.pos = pos
-                self._scan_typed_from(m, &c, rb, cols, 0, meta.rows, k, rc)
-                if cur_expect_end(&c) < 0:
-                    self._fail_cursor(&c)
-            if meta_append(meta, m.lsn, ctx, b'c' if t == 73 else b'u') < 0:
-                raise MemoryError()
-            ctx.seq += 1
-            i += 1
+            while i < j:
+                m = &refs[i]
+                p = m.p
+                index[0] = i
+                pos = 8
+                rc = 0
+                if roomy:
+                    k = scan_typed_roomy(p, &pos, m.n, ncols, cols, &rc)
+                else:
+                    k = scan_typed_fast(p, &pos, m.n, ncols, cols, &rc)
+                if k != ncols or rc != 0 or pos != m.n:
+                    cur_init(&c, p, m.n)
+                    c.pos = pos
+                    self._scan_typed_from(m, &c, rb, cols, 0, meta.rows, k, rc)
+                    if cur_expect_end(&c) < 0:
+                        self._fail_cursor(&c)
+                meta_put(meta, m.lsn, ctx, b'c' if p[0] == 73 else b'u')
+                ctx.seq += 1
+                i += 1
         index[0] = i
         return 0
 

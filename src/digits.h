@@ -31,6 +31,33 @@ static inline int pgo_eight_digits(uint64_t v, uint64_t *out) {
     return 1;
 }
 
+/* ':MM:SS' in p[2..8) (8 bytes readable at p; p[0..2), an hour, is not looked at):
+ * 1 with *mi, *se when that is the shape and both are 0..59, else 0. */
+static inline int pgo_mmss(const unsigned char *p, int *mi, int *se) {
+#if PGO_SWAR_DIGITS
+    uint64_t w, x;
+    memcpy(&w, p, 8);
+    if ((w & 0x0000FF0000FF0000ULL) != 0x00003A00003A0000ULL)      /* the two ':' */
+        return 0;
+    /* zero bytes of x: digits (a carry out of a byte >= 0xFA can only turn the next
+       byte's digit into a non-digit here, never the reverse) */
+    x = ((w & 0xF0F0F0F0F0F0F0F0ULL) | (((w + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4))
+        ^ 0x3333333333333333ULL;
+    if (x & 0xFFFF00FFFF000000ULL)
+        return 0;
+    *mi = (int)((w >> 24) & 0xF) * 10 + (int)((w >> 32) & 0xF);
+    *se = (int)((w >> 48) & 0xF) * 10 + (int)((w >> 56) & 0xF);
+#else
+    unsigned a = (unsigned)p[3] - 48u, b = (unsigned)p[4] - 48u;
+    unsigned c = (unsigned)p[6] - 48u, d = (unsigned)p[7] - 48u;
+    if (p[2] != 58 || p[5] != 58 || a > 9 || b > 9 || c > 9 || d > 9)
+        return 0;
+    *mi = (int)(a * 10 + b);
+    *se = (int)(c * 10 + d);
+#endif
+    return *mi <= 59 && *se <= 59;
+}
+
 /* The run of digits at the start of p[0..avail), looked at 8 bytes at a time: how many
  * of the first min(8, avail) bytes are digits before the first non-digit (0..8), and
  * their value in *out. Reads nothing outside p[0..avail). */

@@ -147,6 +147,67 @@ cdef Py_ssize_t put_ipv6(unsigned char *out, const unsigned char *a) noexcept no
 
 # -- binary parsers per kind -------------------------------------------------------------
 
+cdef inline bint bin_decimal18_fast(const Column *c, const unsigned char *p, Py_ssize_t n,
+                                   uint64_t *words) noexcept nogil:
+    """bin_decimal's common case for precision <= 18, in one pass: at most 4 base-10000
+    digits (read as one integer, acc = value * 10000^(nd-1-weight)), a plain sign, and a
+    value exact at the column's scale and within its precision. False leaves the value
+    to the general code, which decides and reports."""
+    cdef int nd, e, i
+    cdef uint16_t sign
+    cdef uint32_t d
+    cdef uint64_t acc = 0, r
+    if n < 8:
+        return False
+    nd = pgo_be16s(p)
+    if nd < 0 or nd > 4 or n != 8 + 2 * nd:
+        return False
+    sign = pgo_be16(p + 4)
+    if (sign != 0 and sign != 0x4000) or (pgo_be16(p + 6) & 0xC000):
+        return False
+    for i in range(nd):
+        d = pgo_be16(p + 8 + 2 * i)
+        if d > 9999:
+            return False
+        acc = acc * 10000 + d
+    # scaled value = acc * 10^e
+    e = c.scale - 4 * (nd - 1 - pgo_be16s(p + 2))
+    if e >= 0:
+        if e > c.precision:
+            if acc != 0:
+                return False
+            r = 0
+        elif acc >= pgo_pow10_u128[c.precision - e].lo:
+            return False
+        else:
+            r = acc * pgo_pow10_u128[e].lo
+    else:
+        # constant divisors (a multiply, not a division instruction)
+        if e == -1:
+            r = acc // 10
+            if r * 10 != acc:
+                return False
+        elif e == -2:
+            r = acc // 100
+            if r * 100 != acc:
+                return False
+        elif e == -3:
+            r = acc // 1000
+            if r * 1000 != acc:
+                return False
+        else:
+            return False
+        if r >= pgo_pow10_u128[c.precision].lo:
+            return False
+    if sign == 0x4000 and r != 0:
+        words[0] = 0 - r                          # two's complement over 128 bits
+        words[1] = <uint64_t>0xFFFFFFFFFFFFFFFFULL
+    else:
+        words[0] = r
+        words[1] = 0
+    return True
+
+
 cdef int bin_decimal(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
     """numeric_send -> decimal128(precision, scale). NaN/±Infinity -> 1.
 
@@ -159,6 +220,8 @@ cdef int bin_decimal(Column *c, const unsigned char *p, Py_ssize_t n, const char
     cdef pgo_u128 acc
     cdef uint64_t v64
     cdef uint64_t words[2]
+    if c.precision <= 18 and bin_decimal18_fast(c, p, n, words):
+        return PGO_PUSH_FIXED(c, words, 16, why, push_fixed_slow)
     if n < 8:
         why[0] = b"truncated binary numeric"
         return -1

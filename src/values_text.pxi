@@ -1670,11 +1670,7 @@ cdef inline int ts_tail(const unsigned char *p, Py_ssize_t n, bint with_zone, in
     cdef int mi, se, hh, mm = 0, nd = 0
     cdef Py_ssize_t i = 19
     cdef int64_t frac = 0, east = 0
-    if p[13] != 58 or p[16] != 58:
-        return -1
-    mi = two_digits(p + 14)
-    se = two_digits(p + 17)
-    if (mi | se) < 0 or mi > 59 or se > 59:
+    if not pgo_mmss(p + 11, &mi, &se):
         return -1
     if i < n and p[i] == 46:                    # '.'
         i += 1

@@ -924,3 +924,87 @@ def test_inline_values_and_timestamp_memo_parity(stream, events):
     # and one transaction per feed: the memo lives on in the column across feeds
     cuts = [i + 1 for i, m in enumerate(msgs) if m[:1] == b"C"]
     feed_both([(msgs[a:b], lsns[a:b]) for a, b in zip([0] + cuts, cuts) if a < b], events=events)
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+def test_long_runs_cross_reservation_blocks(binary):
+    """Runs of inserts and updates of one relation far longer than the block the native
+    core reserves room for at once (1,024 rows or 1 MiB of messages): values big enough
+    to cut blocks by bytes, nulls arriving mid-block (the validity bitmap appears then),
+    bools across byte boundaries, non-ASCII text, and run breakers (an update with an old
+    key, another relation's insert) at odd places. The typed table holds exactly the
+    values that were encoded, and native == reference."""
+    cols = [(23, "i4"), (20, "i8"), (25, "s"), (16, "b"), (1184, "ts"), (701, "f")]
+    rel = Relation(16384, "public", "t", "d",
+                   tuple(RelationColumn(1 if i == 0 else 0, name, oid, -1)
+                         for i, (oid, name) in enumerate(cols)), None)
+    other = Relation(16385, "public", "u", "d", (RelationColumn(1, "k", 23, -1),), None)
+    rng = random.Random(7)
+    base = datetime.datetime(2024, 3, 1, 10, tzinfo=datetime.timezone.utc)
+
+    def enc(v, oid):
+        if v is None:
+            return None
+        if binary:
+            if oid == 23:
+                return Value("b", v.to_bytes(4, "big", signed=True))
+            if oid == 20:
+                return Value("b", v.to_bytes(8, "big", signed=True))
+            if oid == 16:
+                return Value("b", b"\x01" if v else b"\x00")
+            if oid == 1184:
+                us = (v - datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)) // datetime.timedelta(microseconds=1)
+                return Value("b", us.to_bytes(8, "big", signed=True))
+            if oid == 701:
+                return Value("b", struct.pack(">d", v))
+            return Value("b", v.encode())
+        if oid == 16:
+            return Value("t", b"t" if v else b"f")
+        if oid == 1184:
+            return Value("t", v.strftime("%Y-%m-%d %H:%M:%S.%f+00").encode())
+        if oid == 701:
+            return Value("t", repr(v).encode())
+        return Value("t", str(v).encode())
+
+    msgs, lsns, expected = [encode_message(rel), encode_message(other)], [0, 0], []
+    lsn = 100
+    msgs.append(encode_message(Begin(9_000_000, 0, 700)))
+    lsns.append(lsn)
+    for r in range(5_000):
+        big = r in (1500, 1501, 1502, 3333)              # 400 KB values: blocks cut by bytes
+        row = [r * 7 - 10_000, r * 1_000_003 - (1 << 40),
+               ("é" * 200_000) if big else (f"v{r}" + ("ü" if r % 97 == 0 else "")),
+               r % 3 == 0, base + datetime.timedelta(seconds=r * 13, microseconds=r),
+               r / 7]
+        if r >= 1100:                                   # nulls start mid-block
+            for c in range(len(cols)):
+                if rng.random() < 0.1:
+                    row[c] = None
+        lsn += 10
+        if r % 1700 == 999:
+            msgs.append(encode_message(Insert(16385, (enc(r, 23),), None)))
+            lsns.append(lsn)
+            lsn += 10
+        if r % 1234 == 617:
+            msgs.append(encode_message(Update(16384, "K", (enc(r, 23),) + (None,) * (len(cols) - 1),
+                                              tuple(enc(v, o) for v, (o, _) in zip(row, cols)))))
+        else:
+            kind = Insert if r % 2 else None
+            new = tuple(enc(v, o) for v, (o, _) in zip(row, cols))
+            msgs.append(encode_message(Insert(16384, new, None) if kind else Update(16384, None, None, new)))
+        lsns.append(lsn)
+        expected.append(row)
+    lsn += 10
+    msgs.append(encode_message(Commit(0, 9_000_000, 9_000_005, 0)))
+    lsns.append(lsn)
+
+    feed_both([(msgs, lsns)], events=False)
+    cs = make_decoder(native, events=False).feed(pa.array(msgs, pa.binary()), lsns)
+    table = cs.tables["public.t"]
+    assert table.num_rows == len(expected)
+    assert table.column("_lsn").to_pylist() == [l for m, l in zip(msgs, lsns) if m[:1] in b"IU"
+                                                and m[1:5] == (16384).to_bytes(4, "big")]
+    for c, (oid, name) in enumerate(cols):
+        got = table.column(name).to_pylist()
+        want = [row[c] for row in expected]
+        assert got == want, name

@@ -937,6 +937,39 @@ def _check_decimal_text_and_binary(data):
 
 
 @FAST
+@given(st.data())
+def test_hyp_decimal_binary_raw_forms(data):
+    """Any numeric_send form (leading and trailing zero groups, a digit above 9999, any
+    weight, sign and dscale) into decimal128(p <= 18, s): native ==
+    reference, a value is accepted exactly when it is exact at the scale and within the
+    precision, and what is accepted is the digits' value."""
+    precision = data.draw(st.integers(1, 18))
+    scale = data.draw(st.integers(0, precision))
+    nd = data.draw(st.integers(0, 5))
+    digits = data.draw(st.lists(st.one_of(st.integers(0, 9999), st.sampled_from([0, 10000, 65535])),
+                                min_size=nd, max_size=nd))
+    weight = data.draw(st.integers(-7, 7))
+    sign = data.draw(st.sampled_from([0, 0x4000, 0xC000, 0xD000, 0x2000]))
+    dscale = data.draw(st.sampled_from([0, 2, 7, 0x4000]))
+    payload = be("hhHH", nd, weight, sign, dscale) + b"".join(be("H", d) for d in digits)
+    res = twins(C(K_DECIMAL, precision, scale), [("b", payload)])
+    with decimal.localcontext(decimal.Context(prec=80)):
+        value = sum((Decimal(d) * Decimal(10000) ** (weight - i) for i, d in enumerate(digits)),
+                    Decimal(0))
+        if sign == 0x4000:
+            value = -value
+        scaled = value.scaleb(scale)
+        ok = (max(digits, default=0) <= 9999 and sign in (0, 0x4000) and dscale < 0x4000
+              and scaled == scaled.to_integral_value() and abs(scaled) < 10**precision)
+    if sign in (0xC000, 0xD000) and max(digits, default=0) <= 9999:
+        assert res is not ERROR and res[1] == [0]          # NaN / Infinity: special
+        return
+    assert (res is not ERROR) == ok, (res, value)
+    if ok:
+        assert not res[1] and raw(res[0]) == [value]
+
+
+@FAST
 @given(st.integers(MIN_DATE, END_DATE - 1))
 def test_hyp_date(pg_days):
     arr, _ = twins(C(K_DATE), [("t", pg_date_text(pg_days + EPOCH_DAYS).encode()), ("b", be("i", pg_days))])
