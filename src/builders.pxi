@@ -220,13 +220,14 @@ cdef void release_block(void *p, Py_ssize_t size) noexcept nogil:
 
 
 cdef void *acquire_block(Py_ssize_t need, Py_ssize_t *size) noexcept nogil:
-    """The smallest cached block of at least `need` bytes, or NULL."""
+    """The smallest cached block of at least `need` bytes, or NULL; not one of more than
+    4x need (a buffer starting to grow would take the block a big one needs later)."""
     global _cache_n, _cache_total
     cdef int i, best = -1
     for i in range(_cache_n):
         if _cache_size[i] >= need and (best < 0 or _cache_size[i] < _cache_size[best]):
             best = i
-    if best < 0:
+    if best < 0 or _cache_size[best] > 4 * need:
         return NULL
     cdef void *p = _cache_ptr[best]
     size[0] = _cache_size[best]
@@ -274,7 +275,9 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
         if p != NULL:
             if b.len:
                 memcpy(p, b.data, <size_t>b.len)
-            pgo_blk_free(b.data, <size_t>b.cap)
+            # the block outgrown goes back to the cache too: the next batch's buffers
+            # grow through the same sizes, into warm pages
+            release_block(b.data, b.cap)
             b.data = p
             b.cap = cap
             return 0

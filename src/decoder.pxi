@@ -2208,26 +2208,20 @@ cdef class MessageBatch:
     """
     cdef MsgRef *refs
     cdef Py_ssize_t n
-    cdef Py_ssize_t cap
+    cdef Buf mem                    # holds refs: a block of the shared cache (warm pages)
     cdef list owners
 
     def __cinit__(self):
         self.owners = []
 
     def __dealloc__(self):
-        free(self.refs)
+        release_block(self.mem.data, self.mem.cap)
 
     cdef int _grow(self, Py_ssize_t extra) except -1:
-        cdef Py_ssize_t need = self.n + extra
-        cdef MsgRef *p
-        if need <= self.cap:
-            return 0
-        cap = max(need, self.cap * 2, 64)
-        p = <MsgRef *>realloc(self.refs, sizeof(MsgRef) * cap)
-        if p == NULL:
+        self.mem.len = self.n * <Py_ssize_t>sizeof(MsgRef)
+        if buf_reserve(&self.mem, extra * <Py_ssize_t>sizeof(MsgRef)) < 0:
             raise MemoryError()
-        self.refs = p
-        self.cap = cap
+        self.refs = <MsgRef *>self.mem.data
         return 0
 
     def add(self, messages, lsn=None):
@@ -2284,7 +2278,9 @@ cdef class MessageBatch:
         if lsn is not None:
             if isinstance(lsn, (pa.Array, pa.ChunkedArray)):
                 lsn = lsn.fill_null(0).to_numpy(zero_copy_only=False)
-            arr = np.ascontiguousarray(np.asarray(lsn).astype(np.uint64, copy=False))
+            arr = np.asarray(lsn)
+            arr = np.ascontiguousarray(arr.view(np.uint64) if arr.dtype == np.int64
+                                       else arr.astype(np.uint64, copy=False))
             if arr.ndim != 1 or arr.shape[0] != self.n - start:
                 raise ValueError(f"lsn has {arr.shape[0] if arr.ndim == 1 else arr.shape} values "
                                  f"for {self.n - start} messages")
