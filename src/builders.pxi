@@ -190,12 +190,15 @@ cdef extern from *:
     void pgo_blk_free(void *p, size_t cap) noexcept nogil
 
 
-# -- a small cache of large released blocks ---------------------------------------
+# -- a cache of large released blocks ---------------------------------------------
 # Output buffers are handed to Arrow and freed when the arrays die. glibc returns big
 # blocks to the kernel, so the next batch would write into fresh pages, and a page
-# fault + kernel zeroing per 4 KiB costs more than decoding into warm memory. Keeping a
-# bounded number of released blocks lets steady-state decoding reuse them. Only
-# touched with the GIL held (all builder growth happens inside feed()).
+# fault + kernel zeroing per 4 KiB costs more than decoding into warm memory (on the
+# development VM a first write to fresh memory runs at ~1 GB/s, a rewrite at ~10 GB/s).
+# Keeping a bounded number of released blocks lets steady-state decoding (a batch's
+# output dropped before the next batch) write into warm pages. The bound defaults to
+# an eighth of physical memory, between 256 MiB and 1 GiB (set_buffer_cache_limit).
+# Only touched with the GIL held (all builder growth happens inside feed()).
 
 DEF CACHE_SLOTS = 256
 DEF CACHE_MIN_BLOCK = 1 << 16
@@ -219,15 +222,23 @@ cdef void release_block(void *p, Py_ssize_t size) noexcept nogil:
         pgo_blk_free(p, <size_t>size)
 
 
-cdef void *acquire_block(Py_ssize_t need, Py_ssize_t *size) noexcept nogil:
-    """The smallest cached block of at least `need` bytes, or NULL; not one of more than
-    4x need (a buffer starting to grow would take the block a big one needs later)."""
+cdef void *acquire_block(Py_ssize_t need, Py_ssize_t want, Py_ssize_t *size) noexcept nogil:
+    """A cached block for a buffer that needs `need` bytes and would grow to `want`: the
+    smallest of at least `want` (but not more than 4x: a buffer starting to grow would
+    take the block a big one needs later), else the largest of at least `need` (the
+    exact size a buffer of the previous batch was handed over with), or NULL."""
     global _cache_n, _cache_total
-    cdef int i, best = -1
+    cdef int i, best = -1, fit = -1
     for i in range(_cache_n):
-        if _cache_size[i] >= need and (best < 0 or _cache_size[i] < _cache_size[best]):
-            best = i
-    if best < 0 or _cache_size[best] > 4 * need:
+        if _cache_size[i] >= want and _cache_size[i] <= 4 * want:
+            if best < 0 or _cache_size[i] < _cache_size[best]:
+                best = i
+        elif _cache_size[i] >= need and _cache_size[i] < want:
+            if fit < 0 or _cache_size[i] > _cache_size[fit]:
+                fit = i
+    if best < 0:
+        best = fit
+    if best < 0:
         return NULL
     cdef void *p = _cache_ptr[best]
     size[0] = _cache_size[best]
@@ -238,8 +249,21 @@ cdef void *acquire_block(Py_ssize_t need, Py_ssize_t *size) noexcept nogil:
     return p
 
 
+def _default_cache_limit():
+    import os
+    try:
+        phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 256 << 20
+    return max(256 << 20, min(1 << 30, phys // 8))
+
+
+_cache_limit = _default_cache_limit()
+
+
 def set_buffer_cache_limit(Py_ssize_t nbytes):
-    """Bytes of released output buffers kept for reuse (0 disables; default 256 MiB)."""
+    """Bytes of released output buffers kept for reuse (0 disables; the default is an
+    eighth of physical memory, between 256 MiB and 1 GiB)."""
     global _cache_limit, _cache_n, _cache_total
     _cache_limit = nbytes
     while _cache_n and _cache_total > _cache_limit:
@@ -271,7 +295,7 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
         while cap < need:
             cap *= 2
     if cap >= CACHE_MIN_BLOCK:
-        p = <unsigned char *>acquire_block(cap, &cap)
+        p = <unsigned char *>acquire_block(need, cap, &cap)
         if p != NULL:
             if b.len:
                 memcpy(p, b.data, <size_t>b.len)

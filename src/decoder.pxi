@@ -161,14 +161,51 @@ cdef object _np_from_buf(Buf *b, object dtype, Py_ssize_t count):
     return np.frombuffer(_take_buf(b, count * np.dtype(dtype).itemsize), dtype=dtype)
 
 
+cdef object _int32_run(Py_ssize_t count, int32_t step):
+    """A buffer of `count` int32: 0, step, 2*step, ... (a block of the buffer cache)."""
+    cdef Buf b
+    cdef int32_t *v
+    cdef Py_ssize_t i
+    memset(&b, 0, sizeof(Buf))
+    if buf_reserve(&b, 4 * count) < 0:
+        raise MemoryError()
+    v = <int32_t *>b.data
+    for i in range(count):
+        v[i] = <int32_t>i * step
+    b.len = 4 * count
+    return _take_buf(&b, 4 * count)
+
+
+cdef object _lsn_validity(const int64_t *lsn, Py_ssize_t n, Py_ssize_t *nulls):
+    """Validity bitmap of the lsn column (0 = unknown = null), or None when all are known."""
+    cdef Buf b
+    cdef Py_ssize_t i, zeros = 0
+    for i in range(n):
+        zeros += lsn[i] == 0
+    nulls[0] = zeros
+    if zeros == 0:
+        return None
+    memset(&b, 0, sizeof(Buf))
+    if buf_reserve(&b, (n + 7) >> 3) < 0:
+        raise MemoryError()
+    memset(b.data, 0, <size_t>((n + 7) >> 3))
+    for i in range(n):
+        if lsn[i] != 0:
+            b.data[i >> 3] |= <unsigned char>(1 << (i & 7))
+    b.len = (n + 7) >> 3
+    return _take_buf(&b, (n + 7) >> 3)
+
+
 cdef dict meta_export(Meta *m, object origins, str prefix):
     """Arrow arrays of the metadata columns (the Meta is left empty)."""
     cdef Py_ssize_t n = m.rows
-    lsn = _np_from_buf(&m.lsn, np.int64, n)
+    cdef Py_ssize_t lsn_nulls = 0
+    lsn_valid = _lsn_validity(<const int64_t *>m.lsn.data, n, &lsn_nulls) if n else None
     out = {}
     out[prefix + "op"] = pa.Array.from_buffers(
-        pa.string(), n, [None, pa.py_buffer(np.arange(n + 1, dtype=np.int32)), _take_buf(&m.op, n)])
-    out[prefix + "lsn"] = pa.array(lsn, pa.int64(), mask=(lsn == 0))
+        pa.string(), n, [None, _int32_run(n + 1, 1), _take_buf(&m.op, n)])
+    out[prefix + "lsn"] = pa.Array.from_buffers(pa.int64(), n, [lsn_valid, _take_buf(&m.lsn, 8 * n)],
+                                                lsn_nulls)
     out[prefix + "commit_lsn"] = pa.array(_np_from_buf(&m.commit_lsn, np.int64, n), pa.int64())
     out[prefix + "commit_ts"] = pa.array(_np_from_buf(&m.commit_ts, np.int64, n)).view(pa.timestamp("us", tz="UTC"))
     out[prefix + "xid"] = pa.array(_np_from_buf(&m.xid, np.int64, n), pa.int64())
@@ -504,14 +541,21 @@ cdef class RelBuilders:
                                 if True else None)
             dense = pa.StructArray.from_arrays(children, fields=struct_fields) if self.ncols else \
                 pa.array([{}] * m, pa.struct([]))
-            rows = _np_from_buf(&self.before_rows, np.int32, m)
-            idx = np.full(n, -1, dtype=np.int32)
-            idx[rows] = np.arange(m, dtype=np.int32)
-            before = dense.take(pa.array(idx, mask=(idx < 0)))
-            kinds = _np_from_buf(&self.before_kind, np.uint8, m)
-            kind_idx = np.full(n, -1, dtype=np.int32)
-            kind_idx[rows] = (kinds == 79).astype(np.int32)  # 0 = K, 1 = O
-            before_kind = pa.array(["K", "O"], pa.string()).take(pa.array(kind_idx, mask=(kind_idx < 0)))
+            rows_buf = _take_buf(&self.before_rows, 4 * m)     # row index of each old image
+            kinds = _take_buf(&self.before_kind, m)
+            rows = <const int32_t *><size_t>rows_buf.address
+            before = _spread_struct(dense, rows, m, n) if _rows_ascending(rows, m, n) else None
+            if before is not None:
+                before_kind = _spread_kinds(kinds, rows, m, n)
+            else:                        # (a type _spread does not lay out)
+                idx = np.full(n, -1, dtype=np.int32)
+                idx[np.frombuffer(rows_buf, np.int32)] = np.arange(m, dtype=np.int32)
+                before = dense.take(pa.array(idx, mask=(idx < 0)))
+                kind_idx = np.full(n, -1, dtype=np.int32)
+                kind_idx[np.frombuffer(rows_buf, np.int32)] = (
+                    np.frombuffer(kinds, np.uint8) == 79).astype(np.int32)  # 0 = K, 1 = O
+                before_kind = pa.array(["K", "O"], pa.string()).take(
+                    pa.array(kind_idx, mask=(kind_idx < 0)))
         else:
             if self.before != NULL:
                 for i in range(self.ncols):
@@ -542,11 +586,171 @@ cdef class RelBuilders:
         return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=md))
 
 
+# -- _before: the dense old images spread over all rows ------------------------------
+# An old image is kept for the rows that have one only (m of n, rows ascending); the
+# table's _before is n rows long, null elsewhere. Spreading the dense children's Arrow
+# buffers here (offsets rebuilt, var-len bytes and list children shared as they are)
+# costs a pass over n rows and writes into blocks of the buffer cache, where Arrow's
+# take would gather through an index array into fresh memory.
+
+cdef int _spread_validity(Buf *out, const unsigned char *src_valid, const int32_t *rows,
+                          Py_ssize_t m, Py_ssize_t n, Py_ssize_t *valid_count) noexcept nogil:
+    """n-bit bitmap: bit rows[j] = (dense row j is valid). 0, or -1 out of memory."""
+    cdef Py_ssize_t nbytes = (n + 7) >> 3, j, r, count = 0
+    out.len = 0
+    if buf_reserve(out, nbytes) < 0:
+        return -1
+    memset(out.data, 0, <size_t>nbytes)
+    out.len = nbytes
+    for j in range(m):
+        if src_valid == NULL or (src_valid[j >> 3] >> (j & 7)) & 1:
+            r = rows[j]
+            out.data[r >> 3] |= <unsigned char>(1 << (r & 7))
+            count += 1
+    valid_count[0] = count
+    return 0
+
+
+cdef object _spread(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t n):
+    """The n-row array with dense[j] at row rows[j] and nulls elsewhere; None for a
+    layout not handled here (the caller takes the general path)."""
+    cdef Buf valid, data, offs
+    cdef Py_ssize_t count = 0, j, r, w, dst_end
+    cdef const unsigned char *src_valid = NULL
+    cdef const unsigned char *src
+    cdef const int32_t *src_off
+    cdef int32_t *off
+    cdef int32_t cur
+    t = dense.type
+    if dense.offset != 0 or len(dense) != m:
+        return None
+    bufs = dense.buffers()
+    memset(&valid, 0, sizeof(Buf)); memset(&data, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
+    if bufs[0] is not None and dense.null_count:
+        src_valid = <const unsigned char *><size_t>bufs[0].address
+    try:
+        if _spread_validity(&valid, src_valid, rows, m, n, &count) < 0:
+            raise MemoryError()
+        if pa.types.is_boolean(t):
+            src = <const unsigned char *><size_t>bufs[1].address
+            if _spread_validity(&data, src, rows, m, n, &j) < 0:    # the value bits, spread
+                raise MemoryError()
+            values = [_take_buf(&data, (n + 7) >> 3)]
+            children = None
+        elif (pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_list(t)) and not (
+                pa.types.is_large_string(t) or pa.types.is_large_binary(t)):
+            src_off = <const int32_t *><size_t>bufs[1].address
+            if buf_reserve(&offs, 4 * (n + 1)) < 0:
+                raise MemoryError()
+            off = <int32_t *>offs.data
+            cur = src_off[0]
+            j = 0
+            for r in range(n):
+                off[r] = cur
+                if j < m and rows[j] == r:
+                    cur = src_off[j + 1]
+                    j += 1
+            off[n] = cur
+            offs.len = 4 * (n + 1)
+            if pa.types.is_list(t):
+                values = [_take_buf(&offs, 4 * (n + 1))]
+                children = [dense.values]
+            else:
+                values = [_take_buf(&offs, 4 * (n + 1)),
+                          bufs[2] if bufs[2] is not None else pa.py_buffer(b"")]
+                children = None
+        else:
+            try:
+                w = t.bit_width
+            except ValueError:
+                return None
+            if w % 8 or w == 0 or pa.types.is_nested(t) or pa.types.is_dictionary(t) \
+                    or len(bufs) != 2:
+                return None
+            w //= 8
+            src = <const unsigned char *><size_t>bufs[1].address
+            if buf_reserve(&data, n * w) < 0:
+                raise MemoryError()
+            memset(data.data, 0, <size_t>(n * w))
+            if w == 8:
+                for j in range(m):
+                    memcpy(data.data + <Py_ssize_t>rows[j] * 8, src + j * 8, 8)
+            elif w == 4:
+                for j in range(m):
+                    memcpy(data.data + <Py_ssize_t>rows[j] * 4, src + j * 4, 4)
+            elif w == 16:
+                for j in range(m):
+                    memcpy(data.data + <Py_ssize_t>rows[j] * 16, src + j * 16, 16)
+            else:
+                for j in range(m):
+                    memcpy(data.data + <Py_ssize_t>rows[j] * w, src + j * w, <size_t>w)
+            data.len = n * w
+            values = [_take_buf(&data, n * w)]
+            children = None
+        nulls = n - count
+        vbuf = _take_buf(&valid, (n + 7) >> 3) if nulls else None
+        return pa.Array.from_buffers(t, n, [vbuf] + values, nulls, children=children)
+    finally:
+        buf_free(&valid); buf_free(&data); buf_free(&offs)
+
+
+cdef bint _rows_ascending(const int32_t *rows, Py_ssize_t m, Py_ssize_t n) noexcept nogil:
+    """The old images' row indexes rise strictly and stay below n (what _spread needs)."""
+    cdef Py_ssize_t j
+    for j in range(m):
+        if rows[j] < 0 or rows[j] >= n or (j and rows[j] <= rows[j - 1]):
+            return False
+    return True
+
+
+cdef object _spread_struct(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t n):
+    """_before: the dense struct of old images spread over n rows (None: not handled)."""
+    cdef Buf valid
+    cdef Py_ssize_t count = 0
+    children = []
+    for child in dense.flatten():
+        spread = _spread(child, rows, m, n)
+        if spread is None:
+            return None
+        children.append(spread)
+    memset(&valid, 0, sizeof(Buf))
+    try:
+        if _spread_validity(&valid, NULL, rows, m, n, &count) < 0:
+            raise MemoryError()
+        vbuf = _take_buf(&valid, (n + 7) >> 3) if n - m else None
+    finally:
+        buf_free(&valid)
+    return pa.Array.from_buffers(dense.type, n, [vbuf], n - m, children=children)
+
+
+cdef object _spread_kinds(object kinds, const int32_t *rows, Py_ssize_t m, Py_ssize_t n):
+    """_before_kind: 'K' / 'O' (the m kind bytes, as they are) at the rows with an old
+    image, null elsewhere."""
+    cdef Buf valid, offs
+    cdef Py_ssize_t count = 0, j = 0, r
+    cdef int32_t *off
+    memset(&valid, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
+    try:
+        if _spread_validity(&valid, NULL, rows, m, n, &count) < 0 or buf_reserve(&offs, 4 * (n + 1)) < 0:
+            raise MemoryError()
+        off = <int32_t *>offs.data
+        for r in range(n):
+            off[r] = <int32_t>j
+            if j < m and rows[j] == r:
+                j += 1
+        off[n] = <int32_t>j
+        offs.len = 4 * (n + 1)
+        vbuf = _take_buf(&valid, (n + 7) >> 3) if n - m else None
+        return pa.Array.from_buffers(pa.string(), n, [vbuf, _take_buf(&offs, 4 * (n + 1)), kinds], n - m)
+    finally:
+        buf_free(&valid); buf_free(&offs)
+
+
 cdef object _toast_lists(Py_ssize_t n, list masks, list names):
     """list<string> per row: names of the columns sent as unchanged TOAST."""
     if not masks:
         return pa.Array.from_buffers(pa.list_(pa.string()), n,
-                                     [None, pa.py_buffer(np.zeros(n + 1, np.int32))], 0,
+                                     [None, _int32_run(n + 1, 0)], 0,
                                      children=[pa.array([], pa.string())])
     mat = np.stack([m.to_numpy(zero_copy_only=False) for _, m in masks], axis=1)
     rows, cols = np.nonzero(mat)
