@@ -103,6 +103,29 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _reset_peak_rss() -> bool:
+    """Reset this process's peak resident set (VmHWM) to its current size, if the kernel
+    lets it (Linux: writing 5 to /proc/self/clear_refs)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return _peak_rss_bytes() is not None
+    except OSError:
+        return False
+
+
+def _peak_rss_bytes():
+    """VmHWM of /proc/self/status in bytes, or None."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def _peak_child(msgs, lsns):
     """(peak RSS growth, output bytes) of one typed decode in a forked child."""
     import multiprocessing as mp
@@ -116,10 +139,13 @@ def _peak_child(msgs, lsns):
 
         # released blocks the parent kept for reuse would hide the output's memory
         _native.set_buffer_cache_limit(0)
+        # the high-water mark still holds the RSS from before they were freed: reset it
+        # (Linux: clear_refs 5), else the peak would be the parent's cache, not the decode
+        hwm_reset = _reset_peak_rss()
         base = _rss_bytes()
         cs = Decoder(events=False).feed(msgs, lsns)
         out = sum(t.nbytes for _, t in cs.table_versions)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        peak = _peak_rss_bytes() if hwm_reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         conn.send((max(peak - base, 0), out))
         conn.close()
 
