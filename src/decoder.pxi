@@ -615,7 +615,7 @@ cdef object _spread(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t 
     """The n-row array with dense[j] at row rows[j] and nulls elsewhere; None for a
     layout not handled here (the caller takes the general path)."""
     cdef Buf valid, data, offs
-    cdef Py_ssize_t count = 0, j, r, w, dst_end
+    cdef Py_ssize_t count = 0, j, r, w
     cdef const unsigned char *src_valid = NULL
     cdef const unsigned char *src
     cdef const int32_t *src_off

@@ -96,20 +96,20 @@ def bench_parse(column_type, values, int repeat=1):
         raise ValueError(f"unsupported column type {column_type!r}")
     try:
         t0 = perf_counter()
-        if True:     # (the GIL stays held: parsers may grow blocks through the shared cache)
-            for k in range(repeat):
-                pos = 0
-                for i in range(nvals):
-                    if binary[i]:
-                        r = parse_binary_value(c, base + pos, lens[i], &why)
-                    else:
-                        r = parse_text_value(c, base + pos, lens[i], &why)
-                    if r != 0 or col_end_row(c, 1, 0) < 0:
-                        break
-                    pos += lens[i]
-                if r != 0:
+        # (with the GIL held: parsers may grow blocks through the shared block cache)
+        for k in range(repeat):
+            pos = 0
+            for i in range(nvals):
+                if binary[i]:
+                    r = parse_binary_value(c, base + pos, lens[i], &why)
+                else:
+                    r = parse_text_value(c, base + pos, lens[i], &why)
+                if r != 0 or col_end_row(c, 1, 0) < 0:
                     break
-                col_truncate(c, 0)
+                pos += lens[i]
+            if r != 0:
+                break
+            col_truncate(c, 0)
         t1 = perf_counter()
         if r != 0:
             raise ValueError(f"value {i} did not parse (result {r})")
