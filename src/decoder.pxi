@@ -161,6 +161,61 @@ cdef object _np_from_buf(Buf *b, object dtype, Py_ssize_t count):
     return np.frombuffer(_take_buf(b, count * np.dtype(dtype).itemsize), dtype=dtype)
 
 
+# -- all-null arrays over one shared zero mapping ---------------------------------------
+# A column that is null in every row (a _before field a delete's key image leaves out, a
+# table with no old images, no unchanged TOAST, no origin) needs buffers of zeros as long
+# as the table. They all view one read-only private anonymous mapping: its pages are the
+# kernel's zero page until something writes them (nothing can), so they cost no memory
+# and no page zeroing, where zeroed blocks cost a write of every byte.
+
+import mmap as _mmap
+
+cdef object _zero_mapping = None       # pa.Buffer over the mapping (the largest so far)
+
+
+cdef object _zeros(Py_ssize_t nbytes):
+    """A read-only pa.Buffer of nbytes zero bytes, page-aligned (a view of the shared
+    zero mapping, grown by doubling; older, smaller mappings live on in their arrays)."""
+    global _zero_mapping
+    cdef Py_ssize_t size
+    if _zero_mapping is None or _zero_mapping.size < nbytes:
+        size = 1 << 20
+        if _zero_mapping is not None:
+            size = 2 * _zero_mapping.size
+        while size < nbytes:
+            size *= 2
+        _zero_mapping = pa.py_buffer(_mmap.mmap(-1, size, flags=_mmap.MAP_PRIVATE, prot=_mmap.PROT_READ))
+    return _zero_mapping.slice(0, nbytes)
+
+
+cdef object _null_array(object t, Py_ssize_t n):
+    """pa.nulls(n, t) with every buffer a view of the shared zero mapping (children of a
+    struct all null too); pa.nulls itself for a layout not handled here."""
+    cdef Py_ssize_t vb = (n + 7) >> 3, w
+    if n == 0:
+        return pa.nulls(0, t)
+    if pa.types.is_boolean(t):
+        return pa.Array.from_buffers(t, n, [_zeros(vb), _zeros(vb)], n)
+    if pa.types.is_string(t) or pa.types.is_binary(t):
+        return pa.Array.from_buffers(t, n, [_zeros(vb), _zeros(4 * (n + 1)), _zeros(0)], n)
+    if pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        return pa.Array.from_buffers(t, n, [_zeros(vb), _zeros(8 * (n + 1)), _zeros(0)], n)
+    if pa.types.is_list(t) or pa.types.is_map(t):
+        return pa.Array.from_buffers(t, n, [_zeros(vb), _zeros(4 * (n + 1))], n,
+                                     children=[pa.array([], t).values])
+    if pa.types.is_struct(t):
+        return pa.Array.from_buffers(t, n, [_zeros(vb)], n,
+                                     children=[_null_array(t.field(i).type, n) for i in range(t.num_fields)])
+    if not (pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_null(t)):
+        try:
+            w = t.bit_width
+        except ValueError:
+            w = 0
+        if w and w % 8 == 0:
+            return pa.Array.from_buffers(t, n, [_zeros(vb), _zeros(n * (w // 8))], n)
+    return pa.nulls(n, t)
+
+
 cdef object _int32_run(Py_ssize_t count, int32_t step):
     """A buffer of `count` int32: 0, step, 2*step, ... (a block of the buffer cache)."""
     cdef Buf b
@@ -214,7 +269,7 @@ cdef dict meta_export(Meta *m, object origins, str prefix):
     if n and origin.max() >= 0:
         out[prefix + "origin"] = pa.array(origins, pa.string()).take(pa.array(origin, mask=(origin < 0)))
     else:
-        out[prefix + "origin"] = pa.nulls(n, pa.string())
+        out[prefix + "origin"] = _null_array(pa.string(), n)
     m.rows = 0
     return out
 
@@ -537,8 +592,7 @@ cdef class RelBuilders:
         if self.before != NULL and m:
             children = []
             for i in range(self.ncols):
-                children.append(col_export(self.before[i], struct_fields[i].type).cast(struct_fields[i].type)
-                                if True else None)
+                children.append(col_export(self.before[i], struct_fields[i].type).cast(struct_fields[i].type))
             dense = pa.StructArray.from_arrays(children, fields=struct_fields) if self.ncols else \
                 pa.array([{}] * m, pa.struct([]))
             rows_buf = _take_buf(&self.before_rows, 4 * m)     # row index of each old image
@@ -560,8 +614,8 @@ cdef class RelBuilders:
             if self.before != NULL:
                 for i in range(self.ncols):
                     col_truncate(self.before[i], 0)
-            before = pa.nulls(n, pa.struct(struct_fields))
-            before_kind = pa.nulls(n, pa.string())
+            before = _null_array(pa.struct(struct_fields), n)
+            before_kind = _null_array(pa.string(), n)
         self.nbefore = 0
         self.before_rows.len = 0
         self.before_kind.len = 0
@@ -624,6 +678,8 @@ cdef object _spread(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t 
     t = dense.type
     if dense.offset != 0 or len(dense) != m:
         return None
+    if m and dense.null_count == m:     # (a field a key image leaves out)
+        return _null_array(t, n)
     bufs = dense.buffers()
     memset(&valid, 0, sizeof(Buf)); memset(&data, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
     if bufs[0] is not None and dense.null_count:
@@ -750,7 +806,7 @@ cdef object _toast_lists(Py_ssize_t n, list masks, list names):
     """list<string> per row: names of the columns sent as unchanged TOAST."""
     if not masks:
         return pa.Array.from_buffers(pa.list_(pa.string()), n,
-                                     [None, _int32_run(n + 1, 0)], 0,
+                                     [None, _zeros(4 * (n + 1))], 0,
                                      children=[pa.array([], pa.string())])
     mat = np.stack([m.to_numpy(zero_copy_only=False) for _, m in masks], axis=1)
     rows, cols = np.nonzero(mat)
@@ -1179,6 +1235,301 @@ cdef int scan_typed_core(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
     return i
 
 
+# -- the column pass: a block of a run, one column at a time ------------------------------
+# _fast_run's blocks (room reserved) are scanned twice. A row pass finds every value of
+# the block (pointer and length, -1 for a null) and stores nothing; then a column pass
+# stores each column's values in a loop of its own, in which the column's state and
+# its kind of value stay the same, so the per-value dispatch of scan_typed_core
+# (which column, which kind, which inline form) leaves the loop. Whatever either pass
+# does not take ends the column pass at that row: the columns are cut back to it and
+# the rows from there on go through the row-wise scan as before, so errors are found
+# in the same order and reported the same way.
+
+DEF CP_VALUES = 16384        # values (rows x columns) a column-pass block holds
+
+
+cdef Py_ssize_t cp_rows(const MsgRef *refs, Py_ssize_t nrows, int ncols,
+                        const unsigned char **vp, int32_t *vn, Py_ssize_t stride,
+                        uint8_t *ckind) noexcept nogil:
+    """The row pass over refs[0..nrows) (each starts with an I/U header whose TupleData
+    has ncols columns, read from byte 8 on): vp/vn[column * stride + row] = the value's
+    bytes and length, -1 for a null. ckind[column] (0 on entry): the kind byte of that
+    column's values, 't' or 'b' (0: nulls only). Returns the rows read whole: it stops
+    at a TupleData with anything else (a 'u', a column whose kind changes, a bad length,
+    bytes left over or missing), which the row-wise scan then takes."""
+    cdef Py_ssize_t r, pos, end, at
+    cdef const unsigned char *p
+    cdef int c
+    cdef uint8_t kind
+    cdef int32_t n
+    for r in range(nrows):
+        p = refs[r].p
+        end = refs[r].n
+        pos = 8
+        at = r
+        for c in range(ncols):
+            if pos >= end:
+                return r
+            kind = p[pos]
+            if kind == 110:                          # 'n'
+                vn[at] = -1
+                pos += 1
+            else:
+                if kind != ckind[c]:
+                    if ckind[c] != 0 or (kind != 116 and kind != 98):
+                        return r
+                    ckind[c] = kind
+                if end - pos < 5:
+                    return r
+                n = pgo_be32s(p + pos + 1)
+                if n < 0 or n > end - pos - 5:
+                    return r
+                vp[at] = p + pos + 5
+                vn[at] = n
+                pos += 5 + n
+            at += stride
+        if pos != end:
+            return r
+    return nrows
+
+
+cdef inline int cp_validity_room(Column *col, Py_ssize_t rows) noexcept nogil:
+    """Room in a materialised validity bitmap for `rows` more rows."""
+    cdef Py_ssize_t need = ((col.length + rows + 7) >> 3) - col.validity.len
+    if need > 0 and col.validity.cap - col.validity.len < need:
+        return buf_reserve(&col.validity, need)
+    return 0
+
+
+cdef inline int cp_null(Column *col, Py_ssize_t left) noexcept nogil:
+    """Append a null (room reserved by reserve_block; validity room by the caller once
+    the bitmap exists). `left`: rows of the block still to come, this one included."""
+    cdef Py_ssize_t byte = col.length >> 3
+    cdef int32_t off
+    if col.nulls and (col.layout == LAYOUT_FIXED or col.layout == LAYOUT_BOOL
+                      or (col.layout == LAYOUT_VARLEN and col.offsets.len != 0)):
+        if col.layout == LAYOUT_FIXED:
+            col_zero_fixed(col)
+        elif col.layout == LAYOUT_VARLEN:
+            off = <int32_t>col.data.len
+            memcpy(col.offsets.data + col.offsets.len, &off, 4)
+            col.offsets.len += 4
+        elif byte < col.data.len:
+            col.data.data[byte] &= <unsigned char>~(1 << (col.length & 7))
+        else:
+            col.data.data[byte] = 0
+            col.data.len = byte + 1
+        if byte < col.validity.len:
+            col.validity.data[byte] &= <unsigned char>~(1 << (col.length & 7))
+        else:
+            col.validity.data[byte] = 0
+            col.validity.len = byte + 1
+        col.nulls += 1
+        col.length += 1
+        return 0
+    # the column's first null (the bitmap is materialised here), or a list column
+    if col_end_row(col, 0, 0) < 0:
+        return -1
+    return cp_validity_room(col, left - 1)
+
+
+cdef struct CpSwap4:
+    char unused
+cdef struct CpSwap8:
+    char unused
+cdef struct CpBinTs:
+    char unused
+cdef struct CpBinBool:
+    char unused
+cdef struct CpAscii:
+    char unused
+cdef struct CpTxtInt4:
+    char unused
+cdef struct CpTxtInt8:
+    char unused
+cdef struct CpTxtTs:
+    char unused
+cdef struct CpTxtBool:
+    char unused
+cdef struct CpParser:
+    char unused
+ctypedef fused cp_form_t:
+    CpSwap4
+    CpSwap8
+    CpBinTs
+    CpBinBool
+    CpAscii
+    CpTxtInt4
+    CpTxtInt8
+    CpTxtTs
+    CpTxtBool
+    CpParser
+
+
+cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, const int32_t *vn,
+                        Py_ssize_t nrows, int *builder_rc, cp_form_t *form) noexcept nogil:
+    """Store rows 0..nrows of one column whose values have one inline form (form's type,
+    a compile-time tag: each form is its own C loop). A value not of the form's common
+    shape takes fn, the column's parser, exactly as in scan_typed_core. Returns nrows,
+    or the row it stopped at with the column as it was before that row: a value fn
+    rejects or marks special, or a builder that cannot grow (*builder_rc < 0)."""
+    cdef Py_ssize_t r = 0, byte
+    cdef int32_t n, off
+    cdef const unsigned char *p
+    cdef const char *why = NULL
+    cdef bint ok, neg, bv
+    cdef uint32_t u32
+    cdef int64_t s64
+    cdef uint64_t v
+    cdef int rc, j
+    if col.nulls and cp_validity_room(col, nrows) < 0:
+        builder_rc[0] = -1
+        return 0
+    while r < nrows:
+        n = vn[r]
+        if n < 0:
+            if cp_null(col, nrows - r) < 0:
+                builder_rc[0] = -1
+                return r
+            r += 1
+            continue
+        p = vp[r]
+        ok = False
+        if cp_form_t is CpSwap4:
+            if n == 4:
+                u32 = pgo_be32(p)
+                memcpy(col.data.data + col.data.len, &u32, 4)
+                col.data.len += 4
+                ok = True
+        elif cp_form_t is CpSwap8 or cp_form_t is CpBinTs:
+            if n == 8:
+                s64 = pgo_be64s(p)
+                if cp_form_t is CpSwap8:
+                    ok = True
+                elif PGO_MIN_TIMESTAMP <= s64 < INT64_MAX - PGO_UNIX_EPOCH_USECS:
+                    s64 += PGO_UNIX_EPOCH_USECS
+                    ok = True
+                if ok:
+                    memcpy(col.data.data + col.data.len, &s64, 8)
+                    col.data.len += 8
+        elif cp_form_t is CpBinBool or cp_form_t is CpTxtBool:
+            if n == 1:
+                if cp_form_t is CpTxtBool:
+                    bv = p[0] == 116
+                    ok = p[0] == 116 or p[0] == 102
+                else:
+                    bv = p[0] != 0
+                    ok = True
+                if ok:
+                    byte = col.length >> 3
+                    if byte < col.data.len:
+                        col.data.data[byte] = <unsigned char>(
+                            (col.data.data[byte] & ~(1 << (col.length & 7))) | (bv << (col.length & 7)))
+                    else:
+                        col.data.data[byte] = <unsigned char>bv
+                        col.data.len = byte + 1
+        elif cp_form_t is CpAscii:
+            if col.offsets.len != 0 and ascii_only(p, n):
+                copy_bytes(col.data.data + col.data.len, p, n)
+                col.data.len += n
+                off = <int32_t>col.data.len
+                memcpy(col.offsets.data + col.offsets.len, &off, 4)
+                col.offsets.len += 4
+                ok = True
+        elif cp_form_t is CpTxtInt4 or cp_form_t is CpTxtInt8:
+            # (the value starts at least 13 bytes into its message: digits.h may read
+            # the 7 bytes before it)
+            neg = n > 0 and p[0] == 45
+            j = 1 if neg else 0
+            if 0 < n - j <= 16 and pgo_digits16(p + j, n - j, &v):
+                s64 = -<int64_t>v if neg else <int64_t>v
+                if cp_form_t is CpTxtInt8:
+                    memcpy(col.data.data + col.data.len, &s64, 8)
+                    col.data.len += 8
+                    ok = True
+                elif INT32_MIN <= s64 <= INT32_MAX:
+                    u32 = <uint32_t><int32_t>s64
+                    memcpy(col.data.data + col.data.len, &u32, 4)
+                    col.data.len += 4
+                    ok = True
+        elif cp_form_t is CpTxtTs:
+            if ts_memo_hit(col, p, n, &s64):
+                memcpy(col.data.data + col.data.len, &s64, 8)
+                col.data.len += 8
+                ok = True
+        if ok:
+            if col.nulls:
+                byte = col.length >> 3
+                if byte < col.validity.len:
+                    col.validity.data[byte] |= <unsigned char>(1 << (col.length & 7))
+                else:
+                    col.validity.data[byte] = 1
+                    col.validity.len = byte + 1
+            col.length += 1
+        else:
+            rc = fn(col, p, n, &why)
+            if rc != 0:
+                col_discard_partial(col)
+                return r
+            rc = col_end_valid(col)
+            if rc < 0:
+                builder_rc[0] = rc
+                return r
+        r += 1
+    return nrows
+
+
+cdef Py_ssize_t cp_column(Column *col, uint8_t kind, const unsigned char **vp, const int32_t *vn,
+                          Py_ssize_t nrows, int *builder_rc) noexcept nogil:
+    """The column pass of one column (its values all of `kind`, 't' or 'b', or 0 when
+    all are null): cp_loop in the column's inline form."""
+    cdef int code = 0
+    cdef value_fn fn
+    if kind == 98:
+        code = col.bin_inline
+        fn = col.binary_fn
+    else:
+        if kind == 116:
+            code = col.text_inline
+        fn = col.text_fn
+    if code == BIN_INLINE_SWAP4:
+        return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpSwap4 *>NULL)
+    if code == BIN_INLINE_SWAP8:
+        return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpSwap8 *>NULL)
+    if code == BIN_INLINE_TIMESTAMP:
+        return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpBinTs *>NULL)
+    if code == BIN_INLINE_BOOL:
+        return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpBinBool *>NULL)
+    if code == BIN_INLINE_TEXT or code == TEXT_INLINE_TEXT:
+        return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpAscii *>NULL)
+    if code == TEXT_INLINE_INT4:
+        return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpTxtInt4 *>NULL)
+    if code == TEXT_INLINE_INT8:
+        return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpTxtInt8 *>NULL)
+    if code == TEXT_INLINE_TIMESTAMP:
+        return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpTxtTs *>NULL)
+    if code == TEXT_INLINE_BOOL:
+        return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpTxtBool *>NULL)
+    return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpParser *>NULL)
+
+
+cdef void cp_cut(Column *col, Py_ssize_t n) noexcept nogil:
+    """Drop rows >= n that the column pass stored (at most a block): col_truncate, with
+    the nulls of the dropped rows counted instead of the whole bitmap."""
+    cdef Py_ssize_t r, nulls = col.nulls
+    if n >= col.length:
+        return
+    if nulls:
+        for r in range(n, col.length):
+            if not bit_get(&col.validity, r):
+                nulls -= 1
+    col.nulls = 0                      # (col_truncate would count them over every row)
+    col_truncate(col, n)
+    col.nulls = nulls
+    if nulls:
+        col.validity.len = (n + 7) >> 3
+
+
 cdef class DecoderCore:
     """Native decoder state machine; see pgoutput_fast.decoder.Decoder for the API."""
     cdef public object catalog
@@ -1222,6 +1573,7 @@ cdef class DecoderCore:
     cdef Py_ssize_t ev_committed
     # scratch
     cdef Buf scratch
+    cdef Buf cp_scratch             # the column pass's value table (_column_block)
 
     def __cinit__(self):
         self.rb_current = {}
@@ -1258,6 +1610,7 @@ cdef class DecoderCore:
         map_free(&self.ev_before); map_free(&self.ev_after)
         buf_free(&self.ev_toast_off); buf_free(&self.ev_toast_ids)
         buf_free(&self.scratch)
+        buf_free(&self.cp_scratch)
 
     # -- catalog glue (rare: Python is fine) ---------------------------------------
     cdef int32_t _name_id(self, str name):
@@ -1886,6 +2239,8 @@ cdef class DecoderCore:
             roomy = rc == 0
             if not rb.dirty:
                 self._touch(rb)
+            if roomy and ncols > 0:
+                i = self._column_block(refs, i, j, rb)
             while i < j:
                 m = &refs[i]
                 p = m.p
@@ -1907,6 +2262,60 @@ cdef class DecoderCore:
                 i += 1
         index[0] = i
         return 0
+
+    cdef Py_ssize_t _column_block(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
+                                  RelBuilders rb) except -1:
+        """The rows i..j of a _fast_run block (room reserved) through the row pass and
+        the column pass (cp_rows, cp_column), as far as they take them; returns the
+        first row not written, from which the row-wise scan goes on."""
+        cdef Column **cols = rb.cols
+        cdef int ncols = rb.ncols
+        cdef Meta *meta = &rb.meta
+        cdef Ctx *ctx = &self.ctx
+        cdef Py_ssize_t stride = CP_VALUES // ncols
+        cdef Py_ssize_t rows, got, done, k, base, r
+        cdef const unsigned char **vp
+        cdef int32_t *vn
+        cdef uint8_t *ckind
+        cdef int c, rc = 0
+        for c in range(ncols):
+            if cols[c].any_toast:
+                return i
+        if stride < 1:
+            stride = 1
+        if self.cp_scratch.cap < stride * ncols * 12 + ncols:
+            self.cp_scratch.len = 0
+            if buf_reserve(&self.cp_scratch, stride * ncols * 12 + ncols) < 0:
+                raise MemoryError()
+        vp = <const unsigned char **>self.cp_scratch.data
+        vn = <int32_t *>(self.cp_scratch.data + 8 * stride * ncols)
+        ckind = <uint8_t *>(self.cp_scratch.data + 12 * stride * ncols)
+        while i < j:
+            rows = j - i
+            if rows > stride:
+                rows = stride
+            memset(ckind, 0, <size_t>ncols)
+            got = cp_rows(refs + i, rows, ncols, vp, vn, stride, ckind)
+            if got == 0:
+                return i
+            base = meta.rows
+            done = got
+            for c in range(ncols):
+                k = cp_column(cols[c], ckind[c], vp + c * stride, vn + c * stride, done, &rc)
+                if k < done:
+                    done = k
+                if rc != 0:
+                    break
+            if done < got or rc != 0:
+                for c in range(ncols):
+                    cp_cut(cols[c], base + done)
+            for r in range(i, i + done):
+                meta_put(meta, refs[r].lsn, ctx, b'c' if refs[r].p[0] == 73 else b'u')
+                ctx.seq += 1
+            i += done
+            if done < rows or rc != 0:
+                return i
+        return i
 
     cdef int _scan_new(self, const MsgRef *m, Cursor *c, RelBuilders rb) except -1:
         cdef Py_ssize_t at = c.pos
@@ -2241,7 +2650,7 @@ cdef class DecoderCore:
         """map<string,string> per row: values the typed column could not represent."""
         typ = MAP_TYPE
         if not rb.specials:
-            return pa.nulls(n, typ)
+            return _null_array(typ, n)
         names = rb.version.column_names
         per_row = {}
         for row, i, is_old, fmt, data in rb.specials:

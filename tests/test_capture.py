@@ -823,9 +823,9 @@ def test_protocol4_resume_inside_streamed_transactions(pg_server_16, tmp_path):
         cur.execute("INSERT INTO pgo_p4.t (txn, pad) SELECT %s, repeat('x', 40) || g "
                     "FROM generate_series(1, %s) g", (txn, n))
 
-    def open_stream_durable():
+    def open_stream_durable(xid):
         st = capture.load_state(out)
-        return st is not None and bool(st.open_streams)
+        return st is not None and xid in st.open_streams
 
     def kill_walsender():
         pid = _walsender_pid(conn, "p4_slot")
@@ -845,14 +845,20 @@ def test_protocol4_resume_inside_streamed_transactions(pg_server_16, tmp_path):
         cur.execute("SAVEPOINT s")
         insert(cur, -1, 500)
         cur.execute("ROLLBACK TO SAVEPOINT s")
-        _wait(open_stream_durable, "durable blocks of the open streamed transaction")
+        # (waiting for this xid: a state file that still lists an earlier stream would
+        # let the walsender be killed before this transaction has a durable block)
+        cur.execute("SELECT txid_current()")
+        xid1 = cur.fetchone()[0] & 0xFFFFFFFF
+        _wait(lambda: open_stream_durable(xid1), "durable blocks of the open streamed transaction")
         kill_walsender()
         insert(cur, 1, 1000)
         cur.execute("COMMIT")
         # 2: streamed, interrupted, prepared, committed prepared
         cur.execute("BEGIN")
         insert(cur, 2, 2000)
-        _wait(open_stream_durable, "durable blocks of the second streamed transaction")
+        cur.execute("SELECT txid_current()")
+        xid2 = cur.fetchone()[0] & 0xFFFFFFFF
+        _wait(lambda: open_stream_durable(xid2), "durable blocks of the second streamed transaction")
         kill_walsender()
         cur.execute("PREPARE TRANSACTION 'p4_gid'")
         cur.execute("COMMIT PREPARED 'p4_gid'")

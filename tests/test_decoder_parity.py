@@ -17,6 +17,7 @@ transactions, interleaved.
 from __future__ import annotations
 
 import datetime
+import decimal
 import math
 import random
 import struct
@@ -1008,3 +1009,113 @@ def test_long_runs_cross_reservation_blocks(binary):
         got = table.column(name).to_pylist()
         want = [row[c] for row in expected]
         assert got == want, name
+
+
+_BREAKERS = ["bad_value", "out_of_range", "special", "toast", "kind_switch", "short_tuple",
+             "first_null"]
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+@pytest.mark.parametrize("breaker", _BREAKERS)
+@pytest.mark.parametrize("at", [0, 1, 511, 1023, 1024, 1500])
+def test_column_pass_stops_mid_block(binary, breaker, at):
+    """The native core stores a run's block column by column after a row pass; a row
+    that either pass does not take (a value the parser rejects, a value out of the
+    column's range, a special value, an unchanged-TOAST marker, a column sent in the
+    other format, a TupleData cut short, a column's first null) stops it there and the
+    rows from it on take the row-wise scan. Whatever stops it, at whatever row of the
+    block: the same ChangeSet or the same error (message index, offset, type) as the
+    reference decoder, and for a stream without an error the values that were encoded."""
+    cols = [(23, "i4", -1), (20, "i8", -1), (25, "s", -1), (16, "b", -1), (1184, "ts", -1),
+            (1700, "n", ((12 << 16) | 2) + 4), (701, "f", -1)]
+    rel = Relation(16384, "public", "t", "d",
+                   tuple(RelationColumn(1 if i == 0 else 0, name, oid, mod)
+                         for i, (oid, name, mod) in enumerate(cols)), None)
+    epoch = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
+    base = datetime.datetime(2024, 3, 1, 10, tzinfo=datetime.timezone.utc)
+
+    def enc(v, oid, as_binary=binary):
+        if v is None:
+            return None
+        if as_binary:
+            if oid == 23:
+                return Value("b", v.to_bytes(4, "big", signed=True))
+            if oid == 20:
+                return Value("b", v.to_bytes(8, "big", signed=True))
+            if oid == 16:
+                return Value("b", b"\x01" if v else b"\x00")
+            if oid == 1184:
+                return Value("b", ((v - epoch) // datetime.timedelta(microseconds=1)).to_bytes(8, "big", signed=True))
+            if oid == 1700:                   # an integer 1..9999 with dscale 2
+                return Value("b", struct.pack(">hhHhh", 1, 0, 0, 2, v))
+            if oid == 701:
+                return Value("b", struct.pack(">d", v))
+            return Value("b", v.encode())
+        if oid == 16:
+            return Value("t", b"t" if v else b"f")
+        if oid == 1184:
+            return Value("t", v.strftime("%Y-%m-%d %H:%M:%S.%f+00").encode())
+        if oid == 1700:
+            return Value("t", f"{v}.00".encode())
+        if oid == 701:
+            return Value("t", repr(v).encode())
+        return Value("t", str(v).encode())
+
+    msgs, lsns, expected = [encode_message(rel), encode_message(Begin(9_000_000, 0, 700))], [0, 100], []
+    lsn = 100
+    broken = None
+    for r in range(2_000):
+        row = [r * 7 - 10_000, r * 1_000_003 - (1 << 40), f"v{r}", r % 3 == 0,
+               base + datetime.timedelta(seconds=r * 13, microseconds=r), r % 9999 + 1, r / 7]
+        new = [enc(v, o) for v, (o, _, _) in zip(row, cols)]
+        make = Insert(16384, tuple(new), None) if r % 2 else Update(16384, None, None, tuple(new))
+        raw = None
+        if r == at:
+            if breaker == "bad_value":
+                new[0] = Value("b", b"\x00\x01\x02") if binary else Value("t", b"12x")
+            elif breaker == "out_of_range":
+                new[0] = Value("b", (1 << 40).to_bytes(8, "big")) if binary else Value("t", b"3000000000")
+            elif breaker == "special":
+                new[5] = Value("b", struct.pack(">hhHh", 0, 0, 0xC000, 0)) if binary else Value("t", b"NaN")
+                row[5] = None
+            elif breaker == "toast":
+                new[2] = UNCHANGED_TOAST
+                row[2] = None
+                make = Update(16384, None, None, tuple(new))
+            elif breaker == "kind_switch":
+                new[1] = enc(row[1], 20, as_binary=not binary)
+            elif breaker == "short_tuple":
+                raw = encode_message(Insert(16384, tuple(new), None))[:-3]
+            elif breaker == "first_null":
+                new[3] = None
+                row[3] = None
+            if not isinstance(make, Update) or breaker != "toast":
+                make = Insert(16384, tuple(new), None) if r % 2 else Update(16384, None, None, tuple(new))
+            broken = breaker
+        lsn += 10
+        msgs.append(raw if raw is not None else encode_message(make))
+        lsns.append(lsn)
+        expected.append(row)
+    msgs.append(encode_message(Commit(0, 9_000_000, 9_000_005, 0)))
+    lsns.append(lsn + 10)
+    assert broken == breaker
+
+    feed_both([(msgs, lsns)], events=False)
+    if breaker in ("bad_value", "out_of_range", "short_tuple"):
+        with pytest.raises(DecodeError) as err:
+            make_decoder(native, events=False).feed(pa.array(msgs, pa.binary()), lsns)
+        assert err.value.message_index == 2 + at
+        return
+    cs = make_decoder(native, events=False).feed(pa.array(msgs, pa.binary()), lsns)
+    table = cs.tables["public.t"]
+    assert table.num_rows == len(expected)
+    for c, (oid, name, _) in enumerate(cols):
+        got = table.column(name).to_pylist()
+        want = [row[c] for row in expected]
+        if oid == 1700:
+            want = [None if v is None else decimal.Decimal(v).quantize(decimal.Decimal("0.01")) for v in want]
+        assert got == want, name
+    if breaker == "toast":
+        assert table.column("_unchanged_toast").to_pylist()[at] == ["s"]
+    if breaker == "special":
+        assert dict(table.column("_special").to_pylist()[at]) == {"n": "NaN"}
