@@ -1479,6 +1479,63 @@ cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, cons
     return nrows
 
 
+cdef inline void cp_clear_bits(Buf *b, Py_ssize_t start, Py_ssize_t end) noexcept nogil:
+    """Bits [start, end) of a bitmap cleared, its length extended to cover them (room
+    reserved); the bits below start kept."""
+    cdef Py_ssize_t b0 = start >> 3
+    cdef Py_ssize_t newlen = (end + 7) >> 3
+    if start & 7:
+        if b0 < b.len:
+            b.data[b0] &= <unsigned char>((1 << (start & 7)) - 1)
+        else:
+            b.data[b0] = 0
+        b0 += 1
+    if newlen > b0:
+        memset(b.data + b0, 0, <size_t>(newlen - b0))
+    if newlen > b.len:
+        b.len = newlen
+
+
+cdef Py_ssize_t cp_all_null(Column *col, value_fn fn, const unsigned char **vp, const int32_t *vn,
+                            Py_ssize_t nrows, int *builder_rc) noexcept nogil:
+    """The column pass of a column null in every row of the block (a delete's key image
+    leaves the other columns out): all rows at once, zeros and cleared bits, where the
+    bitmap exists and the layout is a flat one; else row by row."""
+    cdef Py_ssize_t r = 0, rows, start, end
+    cdef int32_t off
+    if nrows == 0:
+        return 0
+    if col.nulls == 0 or (col.layout == LAYOUT_VARLEN and col.offsets.len == 0):
+        if cp_null(col, nrows) < 0:         # (materialises the bitmap / offsets[0])
+            builder_rc[0] = -1
+            return 0
+        r = 1
+    if col.layout != LAYOUT_FIXED and col.layout != LAYOUT_BOOL and col.layout != LAYOUT_VARLEN:
+        return r + cp_loop(col, fn, vp + r, vn + r, nrows - r, builder_rc, <CpParser *>NULL)
+    rows = nrows - r
+    if rows == 0:
+        return nrows
+    if cp_validity_room(col, rows) < 0:
+        builder_rc[0] = -1
+        return r
+    start = col.length
+    end = start + rows
+    cp_clear_bits(&col.validity, start, end)
+    if col.layout == LAYOUT_FIXED:
+        memset(col.data.data + col.data.len, 0, <size_t>(rows * col.fixed_width))
+        col.data.len += rows * col.fixed_width
+    elif col.layout == LAYOUT_BOOL:
+        cp_clear_bits(&col.data, start, end)
+    else:
+        off = <int32_t>col.data.len
+        for r in range(rows):
+            memcpy(col.offsets.data + col.offsets.len, &off, 4)
+            col.offsets.len += 4
+    col.nulls += rows
+    col.length = end
+    return nrows
+
+
 cdef Py_ssize_t cp_column(Column *col, uint8_t kind, const unsigned char **vp, const int32_t *vn,
                           Py_ssize_t nrows, int *builder_rc) noexcept nogil:
     """The column pass of one column (its values all of `kind`, 't' or 'b', or 0 when
@@ -1489,9 +1546,11 @@ cdef Py_ssize_t cp_column(Column *col, uint8_t kind, const unsigned char **vp, c
         code = col.bin_inline
         fn = col.binary_fn
     else:
+        fn = col.text_fn
         if kind == 116:
             code = col.text_inline
-        fn = col.text_fn
+        else:
+            return cp_all_null(col, fn, vp, vn, nrows, builder_rc)
     if code == BIN_INLINE_SWAP4:
         return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpSwap4 *>NULL)
     if code == BIN_INLINE_SWAP8:
@@ -2214,20 +2273,27 @@ cdef class DecoderCore:
         cdef Cursor c
         cdef uint8_t t
         cdef int k, rc
-        cdef bint roomy
+        cdef bint roomy, dels
         while i < nrefs:
             # a block of the run: room for all of it reserved at once (meta_put and
-            # scan_typed_roomy then store without checks)
+            # scan_typed_roomy then store without checks). A block is of inserts and
+            # updates without an old tuple, or of deletes (their old tuple is also the
+            # row: _before's dense columns and the row's both get it)
             j = i
             nbytes = 0
+            dels = refs[i].n >= 8 and refs[i].p[0] == 68
             while j < nrefs and j - i < FAST_BLOCK_ROWS:
                 m = &refs[j]
                 p = m.p
                 if m.n < 8 or (j > i and nbytes + m.n > FAST_BLOCK_BYTES):
                     break
                 t = p[0]
-                if ((t != 73 and t != 85) or p[5] != 78 or pgo_be32(p + 1) != relid
-                        or pgo_be16s(p + 6) != ncols):
+                if dels:
+                    if t != 68 or (p[5] != 75 and p[5] != 79):
+                        break
+                elif (t != 73 and t != 85) or p[5] != 78:
+                    break
+                if pgo_be32(p + 1) != relid or pgo_be16s(p + 6) != ncols:
                     break
                 nbytes += m.n
                 j += 1
@@ -2237,10 +2303,21 @@ cdef class DecoderCore:
             if rc < 0 or meta_reserve(meta, j - i) < 0:
                 raise MemoryError()
             roomy = rc == 0
+            if dels:
+                rb.ensure_before()
+                rc = reserve_block(ncols, rb.before, j - i, nbytes)
+                if (rc < 0 or buf_reserve(&rb.before_rows, 4 * (j - i)) < 0
+                        or buf_reserve(&rb.before_kind, j - i) < 0):
+                    raise MemoryError()
+                roomy = roomy and rc == 0
             if not rb.dirty:
                 self._touch(rb)
             if roomy and ncols > 0:
-                i = self._column_block(refs, i, j, rb)
+                i = self._column_block(refs, i, j, rb, dels)
+            if dels:
+                if i < j:            # the rest through _write_dml, one at a time
+                    break
+                continue
             while i < j:
                 m = &refs[i]
                 p = m.p
@@ -2264,11 +2341,16 @@ cdef class DecoderCore:
         return 0
 
     cdef Py_ssize_t _column_block(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
-                                  RelBuilders rb) except -1:
+                                  RelBuilders rb, bint dels) except -1:
         """The rows i..j of a _fast_run block (room reserved) through the row pass and
         the column pass (cp_rows, cp_column), as far as they take them; returns the
-        first row not written, from which the row-wise scan goes on."""
+        first row not written, from which the row-wise scan goes on. dels: a block of
+        deletes, whose old tuples also go to _before's dense columns (as _scan_old)."""
         cdef Column **cols = rb.cols
+        cdef Column **before = rb.before
+        cdef Py_ssize_t bbase = rb.nbefore
+        cdef int32_t row32
+        cdef uint8_t okind
         cdef int ncols = rb.ncols
         cdef Meta *meta = &rb.meta
         cdef Ctx *ctx = &self.ctx
@@ -2279,7 +2361,7 @@ cdef class DecoderCore:
         cdef uint8_t *ckind
         cdef int c, rc = 0
         for c in range(ncols):
-            if cols[c].any_toast:
+            if cols[c].any_toast or (dels and before[c].any_toast):
                 return i
         if stride < 1:
             stride = 1
@@ -2300,18 +2382,41 @@ cdef class DecoderCore:
                 return i
             base = meta.rows
             done = got
-            for c in range(ncols):
-                k = cp_column(cols[c], ckind[c], vp + c * stride, vn + c * stride, done, &rc)
-                if k < done:
-                    done = k
-                if rc != 0:
-                    break
+            bbase = rb.nbefore
+            if dels:
+                for c in range(ncols):
+                    k = cp_column(before[c], ckind[c], vp + c * stride, vn + c * stride, done, &rc)
+                    if k < done:
+                        done = k
+                    if rc != 0:
+                        break
+            if rc == 0:
+                for c in range(ncols):
+                    k = cp_column(cols[c], ckind[c], vp + c * stride, vn + c * stride, done, &rc)
+                    if k < done:
+                        done = k
+                    if rc != 0:
+                        break
             if done < got or rc != 0:
                 for c in range(ncols):
                     cp_cut(cols[c], base + done)
-            for r in range(i, i + done):
-                meta_put(meta, refs[r].lsn, ctx, b'c' if refs[r].p[0] == 73 else b'u')
-                ctx.seq += 1
+                    if dels:
+                        cp_cut(before[c], bbase + done)
+            if dels:
+                for r in range(i, i + done):
+                    row32 = <int32_t>meta.rows
+                    okind = refs[r].p[5]
+                    memcpy(rb.before_rows.data + rb.before_rows.len, &row32, 4)
+                    rb.before_rows.len += 4
+                    rb.before_kind.data[rb.before_kind.len] = okind
+                    rb.before_kind.len += 1
+                    meta_put(meta, refs[r].lsn, ctx, b'd')
+                    ctx.seq += 1
+                rb.nbefore += done
+            else:
+                for r in range(i, i + done):
+                    meta_put(meta, refs[r].lsn, ctx, b'c' if refs[r].p[0] == 73 else b'u')
+                    ctx.seq += 1
             i += done
             if done < rows or rc != 0:
                 return i

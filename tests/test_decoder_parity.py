@@ -1018,14 +1018,18 @@ _BREAKERS = ["bad_value", "out_of_range", "special", "toast", "kind_switch", "sh
 @pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
 @pytest.mark.parametrize("breaker", _BREAKERS)
 @pytest.mark.parametrize("at", [0, 1, 511, 1023, 1024, 1500])
-def test_column_pass_stops_mid_block(binary, breaker, at):
+@pytest.mark.parametrize("deletes", [None, "mixed", "keys"], ids=["ins_upd", "del", "del_keys"])
+def test_column_pass_stops_mid_block(binary, breaker, at, deletes):
     """The native core stores a run's block column by column after a row pass; a row
     that either pass does not take (a value the parser rejects, a value out of the
     column's range, a special value, an unchanged-TOAST marker, a column sent in the
     other format, a TupleData cut short, a column's first null) stops it there and the
-    rows from it on take the row-wise scan. Whatever stops it, at whatever row of the
-    block: the same ChangeSet or the same error (message index, offset, type) as the
-    reference decoder, and for a stream without an error the values that were encoded."""
+    rows from it on take the row-wise scan. Runs of inserts and updates, and runs of
+    deletes (old keys and old rows, which also fill _before). Whatever stops it, at
+    whatever row of the block: the same ChangeSet or the same error (message index,
+    offset, type) as the reference decoder, and for a stream without an error the values
+    that were encoded. del_keys: old keys only (whole blocks of columns that are null
+    in every row) but for the row at `at`."""
     cols = [(23, "i4", -1), (20, "i8", -1), (25, "s", -1), (16, "b", -1), (1184, "ts", -1),
             (1700, "n", ((12 << 16) | 2) + 4), (701, "f", -1)]
     rel = Relation(16384, "public", "t", "d",
@@ -1067,8 +1071,17 @@ def test_column_pass_stops_mid_block(binary, breaker, at):
     for r in range(2_000):
         row = [r * 7 - 10_000, r * 1_000_003 - (1 << 40), f"v{r}", r % 3 == 0,
                base + datetime.timedelta(seconds=r * 13, microseconds=r), r % 9999 + 1, r / 7]
+        key_only = deletes and (r % 2 == 0 or deletes == "keys") and r != at
+        if key_only:
+            row = [row[0]] + [None] * (len(cols) - 1)
         new = [enc(v, o) for v, (o, _, _) in zip(row, cols)]
-        make = Insert(16384, tuple(new), None) if r % 2 else Update(16384, None, None, tuple(new))
+
+        def make_msg(new):
+            if deletes:
+                return Delete(16384, "K" if key_only else "O", tuple(new))
+            return Insert(16384, tuple(new), None) if r % 2 else Update(16384, None, None, tuple(new))
+
+        make = make_msg(new)
         raw = None
         if r == at:
             if breaker == "bad_value":
@@ -1078,19 +1091,17 @@ def test_column_pass_stops_mid_block(binary, breaker, at):
             elif breaker == "special":
                 new[5] = Value("b", struct.pack(">hhHh", 0, 0, 0xC000, 0)) if binary else Value("t", b"NaN")
                 row[5] = None
-            elif breaker == "toast":
+            elif breaker == "toast":       # (in an old tuple: an error)
                 new[2] = UNCHANGED_TOAST
                 row[2] = None
-                make = Update(16384, None, None, tuple(new))
             elif breaker == "kind_switch":
                 new[1] = enc(row[1], 20, as_binary=not binary)
-            elif breaker == "short_tuple":
-                raw = encode_message(Insert(16384, tuple(new), None))[:-3]
             elif breaker == "first_null":
                 new[3] = None
                 row[3] = None
-            if not isinstance(make, Update) or breaker != "toast":
-                make = Insert(16384, tuple(new), None) if r % 2 else Update(16384, None, None, tuple(new))
+            make = make_msg(new)
+            if breaker == "short_tuple":
+                raw = encode_message(make)[:-3]
             broken = breaker
         lsn += 10
         msgs.append(raw if raw is not None else encode_message(make))
@@ -1101,7 +1112,7 @@ def test_column_pass_stops_mid_block(binary, breaker, at):
     assert broken == breaker
 
     feed_both([(msgs, lsns)], events=False)
-    if breaker in ("bad_value", "out_of_range", "short_tuple"):
+    if breaker in ("bad_value", "out_of_range", "short_tuple") or (deletes and breaker == "toast"):
         with pytest.raises(DecodeError) as err:
             make_decoder(native, events=False).feed(pa.array(msgs, pa.binary()), lsns)
         assert err.value.message_index == 2 + at
@@ -1115,7 +1126,14 @@ def test_column_pass_stops_mid_block(binary, breaker, at):
         if oid == 1700:
             want = [None if v is None else decimal.Decimal(v).quantize(decimal.Decimal("0.01")) for v in want]
         assert got == want, name
+    if deletes:
+        # a delete's row and its _before are both the old tuple
+        assert table.column("_before").to_pylist() == table.select([n for _, n, _ in cols]).to_pylist()
+        assert table.column("_before_kind").to_pylist() == [
+            "O" if (r % 2 and deletes == "mixed") or r == at else "K" for r in range(len(expected))]
+        assert table.column("_op").to_pylist() == ["d"] * len(expected)
     if breaker == "toast":
         assert table.column("_unchanged_toast").to_pylist()[at] == ["s"]
     if breaker == "special":
-        assert dict(table.column("_special").to_pylist()[at]) == {"n": "NaN"}
+        assert dict(table.column("_special").to_pylist()[at]) == (
+            {"n": "NaN", "_before.n": "NaN"} if deletes else {"n": "NaN"})
