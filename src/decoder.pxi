@@ -1351,6 +1351,8 @@ cdef struct CpTxtTs:
     char unused
 cdef struct CpTxtBool:
     char unused
+cdef struct CpBinDec18:
+    char unused
 cdef struct CpParser:
     char unused
 ctypedef fused cp_form_t:
@@ -1363,6 +1365,7 @@ ctypedef fused cp_form_t:
     CpTxtInt8
     CpTxtTs
     CpTxtBool
+    CpBinDec18
     CpParser
 
 
@@ -1381,6 +1384,7 @@ cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, cons
     cdef uint32_t u32
     cdef int64_t s64
     cdef uint64_t v
+    cdef uint64_t words[2]
     cdef int rc, j
     if col.nulls and cp_validity_room(col, nrows) < 0:
         builder_rc[0] = -1
@@ -1452,6 +1456,11 @@ cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, cons
                     memcpy(col.data.data + col.data.len, &u32, 4)
                     col.data.len += 4
                     ok = True
+        elif cp_form_t is CpBinDec18:
+            if bin_decimal18_fast(col, p, n, words):
+                memcpy(col.data.data + col.data.len, words, 16)
+                col.data.len += 16
+                ok = True
         elif cp_form_t is CpTxtTs:
             if ts_memo_hit(col, p, n, &s64):
                 memcpy(col.data.data + col.data.len, &s64, 8)
@@ -1553,6 +1562,10 @@ cdef Py_ssize_t cp_column(Column *col, uint8_t kind, const unsigned char **vp, c
             return cp_all_null(col, fn, vp, vn, nrows, builder_rc)
     if code == BIN_INLINE_SWAP4:
         return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpSwap4 *>NULL)
+    if (kind == 98 and fn == bin_decimal and col.layout == LAYOUT_FIXED and col.fixed_width == 16
+            and col.precision <= 18):
+        # (binary numeric(p <= 18): bin_decimal18_fast's one pass, else bin_decimal)
+        return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpBinDec18 *>NULL)
     if code == BIN_INLINE_SWAP8:
         return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpSwap8 *>NULL)
     if code == BIN_INLINE_TIMESTAMP:
