@@ -1247,47 +1247,72 @@ cdef int scan_typed_core(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
 
 DEF CP_VALUES = 16384        # values (rows x columns) a column-pass block holds
 
+cdef enum:                   # what a _fast_run block is made of
+    BLOCK_NEW = 0            # inserts, updates without an old tuple: the tuple is the row
+    BLOCK_DELETES = 1        # deletes: the old tuple is the row and the old image
+    BLOCK_UPDATES_OLD = 2    # updates with an old tuple ('K' / 'O'): old image, then row
 
-cdef Py_ssize_t cp_rows(const MsgRef *refs, Py_ssize_t nrows, int ncols,
-                        const unsigned char **vp, int32_t *vn, Py_ssize_t stride,
-                        uint8_t *ckind) noexcept nogil:
-    """The row pass over refs[0..nrows) (each starts with an I/U header whose TupleData
-    has ncols columns, read from byte 8 on): vp/vn[column * stride + row] = the value's
-    bytes and length, -1 for a null. ckind[column] (0 on entry): the kind byte of that
-    column's values, 't' or 'b' (0: nulls only). Returns the rows read whole: it stops
-    at a TupleData with anything else (a 'u', a column whose kind changes, a bad length,
-    bytes left over or missing), which the row-wise scan then takes."""
-    cdef Py_ssize_t r, pos, end, at
-    cdef const unsigned char *p
+
+cdef inline Py_ssize_t cp_tuple(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, int ncols,
+                                 const unsigned char **vp, int32_t *vn, Py_ssize_t stride,
+                                 uint8_t *ckind) noexcept nogil:
+    """The row pass over one TupleData's columns from p[pos] (after its column count):
+    vp/vn[column * stride] = the value's bytes and length, -1 for a null; ckind[column]
+    (0 until the column's first value) the kind byte of its values, 't' or 'b'. Returns
+    the position after the tuple, or -1 for anything else (a 'u', a column whose kind
+    changes, a bad length, bytes missing)."""
+    cdef Py_ssize_t at = 0
     cdef int c
     cdef uint8_t kind
     cdef int32_t n
+    for c in range(ncols):
+        if pos >= end:
+            return -1
+        kind = p[pos]
+        if kind == 110:                          # 'n'
+            vn[at] = -1
+            pos += 1
+        else:
+            if kind != ckind[c]:
+                if ckind[c] != 0 or (kind != 116 and kind != 98):
+                    return -1
+                ckind[c] = kind
+            if end - pos < 5:
+                return -1
+            n = pgo_be32s(p + pos + 1)
+            if n < 0 or n > end - pos - 5:
+                return -1
+            vp[at] = p + pos + 5
+            vn[at] = n
+            pos += 5 + n
+        at += stride
+    return pos
+
+
+cdef Py_ssize_t cp_rows(const MsgRef *refs, Py_ssize_t nrows, int ncols, Py_ssize_t stride,
+                        const unsigned char **vp, int32_t *vn, uint8_t *ckind,
+                        const unsigned char **vp2, int32_t *vn2, uint8_t *ckind2,
+                        bint two) noexcept nogil:
+    """The row pass over refs[0..nrows): each starts with an I/U/D header whose TupleData
+    has ncols columns, read from byte 8 on into vp/vn/ckind (cp_tuple, at row r:
+    [column * stride + r]). two: updates with an old tuple, whose new tuple ('N', the
+    column count, the columns) follows the old one and goes into vp2/vn2/ckind2. Returns
+    the rows read whole: it stops at a message with anything else (or bytes left over),
+    which the row-wise scan then takes."""
+    cdef Py_ssize_t r, pos, end
+    cdef const unsigned char *p
     for r in range(nrows):
         p = refs[r].p
         end = refs[r].n
-        pos = 8
-        at = r
-        for c in range(ncols):
-            if pos >= end:
+        pos = cp_tuple(p, 8, end, ncols, vp + r, vn + r, stride, ckind)
+        if pos < 0:
+            return r
+        if two:
+            if end - pos < 3 or p[pos] != 78 or pgo_be16s(p + pos + 1) != ncols:
                 return r
-            kind = p[pos]
-            if kind == 110:                          # 'n'
-                vn[at] = -1
-                pos += 1
-            else:
-                if kind != ckind[c]:
-                    if ckind[c] != 0 or (kind != 116 and kind != 98):
-                        return r
-                    ckind[c] = kind
-                if end - pos < 5:
-                    return r
-                n = pgo_be32s(p + pos + 1)
-                if n < 0 or n > end - pos - 5:
-                    return r
-                vp[at] = p + pos + 5
-                vn[at] = n
-                pos += 5 + n
-            at += stride
+            pos = cp_tuple(p, pos + 3, end, ncols, vp2 + r, vn2 + r, stride, ckind2)
+            if pos < 0:
+                return r
         if pos != end:
             return r
     return nrows
@@ -2265,9 +2290,9 @@ cdef class DecoderCore:
 
     cdef int _fast_run(self, const MsgRef *refs, Py_ssize_t *index, Py_ssize_t nrefs) except -1:
         """Write the run of changes from refs[*index] on that _write_dml would write the
-        same way with no choice to make: inserts and updates without an old tuple ('N'
-        right after the relid), of the relation of the previous change, in a plain B..C,
-        typed tables only. *index is kept at the message being written (the caller's
+        same way with no choice to make: inserts, updates and deletes of the relation of
+        the previous change, in a plain B..C, typed tables only, in blocks of one shape
+        (BLOCK_*). *index is kept at the message being written (the caller's
         index for errors) and ends at the first message not taken, which the caller
         dispatches as usual. Each message gets exactly _write_dml's checks, in its order:
         the header tests only choose the path; a TupleData that scan_typed_fast does not
@@ -2286,23 +2311,33 @@ cdef class DecoderCore:
         cdef Cursor c
         cdef uint8_t t
         cdef int k, rc
-        cdef bint roomy, dels
+        cdef bint roomy, with_old
+        cdef int olds                # BLOCK_NEW / BLOCK_DELETES / BLOCK_UPDATES_OLD
         while i < nrefs:
             # a block of the run: room for all of it reserved at once (meta_put and
             # scan_typed_roomy then store without checks). A block is of inserts and
-            # updates without an old tuple, or of deletes (their old tuple is also the
-            # row: _before's dense columns and the row's both get it)
+            # updates without an old tuple; of deletes (their old tuple is also the
+            # row: _before's dense columns and the row's both get it); or of updates
+            # with an old tuple (to _before) and the new one (the row)
             j = i
             nbytes = 0
-            dels = refs[i].n >= 8 and refs[i].p[0] == 68
+            olds = BLOCK_NEW
+            if refs[i].n >= 8 and refs[i].p[0] == 68:
+                olds = BLOCK_DELETES
+            elif refs[i].n >= 8 and refs[i].p[0] == 85 and (refs[i].p[5] == 75 or refs[i].p[5] == 79):
+                olds = BLOCK_UPDATES_OLD
+            with_old = olds != BLOCK_NEW
             while j < nrefs and j - i < FAST_BLOCK_ROWS:
                 m = &refs[j]
                 p = m.p
                 if m.n < 8 or (j > i and nbytes + m.n > FAST_BLOCK_BYTES):
                     break
                 t = p[0]
-                if dels:
+                if olds == BLOCK_DELETES:
                     if t != 68 or (p[5] != 75 and p[5] != 79):
+                        break
+                elif olds == BLOCK_UPDATES_OLD:
+                    if t != 85 or (p[5] != 75 and p[5] != 79):
                         break
                 elif (t != 73 and t != 85) or p[5] != 78:
                     break
@@ -2316,7 +2351,7 @@ cdef class DecoderCore:
             if rc < 0 or meta_reserve(meta, j - i) < 0:
                 raise MemoryError()
             roomy = rc == 0
-            if dels:
+            if with_old:
                 rb.ensure_before()
                 rc = reserve_block(ncols, rb.before, j - i, nbytes)
                 if (rc < 0 or buf_reserve(&rb.before_rows, 4 * (j - i)) < 0
@@ -2326,8 +2361,8 @@ cdef class DecoderCore:
             if not rb.dirty:
                 self._touch(rb)
             if roomy and ncols > 0:
-                i = self._column_block(refs, i, j, rb, dels)
-            if dels:
+                i = self._column_block(refs, i, j, rb, olds)
+            if with_old:
                 if i < j:            # the rest through _write_dml, one at a time
                     break
                 continue
@@ -2354,16 +2389,17 @@ cdef class DecoderCore:
         return 0
 
     cdef Py_ssize_t _column_block(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
-                                  RelBuilders rb, bint dels) except -1:
+                                  RelBuilders rb, int olds) except -1:
         """The rows i..j of a _fast_run block (room reserved) through the row pass and
         the column pass (cp_rows, cp_column), as far as they take them; returns the
-        first row not written, from which the row-wise scan goes on. dels: a block of
-        deletes, whose old tuples also go to _before's dense columns (as _scan_old)."""
+        first row not written, from which the row-wise scan goes on. olds: what the
+        block is made of (BLOCK_*); an old tuple goes to _before's dense columns, as
+        _scan_old writes it, before the row."""
         cdef Column **cols = rb.cols
         cdef Column **before = rb.before
-        cdef Py_ssize_t bbase = rb.nbefore
+        cdef Py_ssize_t bbase
         cdef int32_t row32
-        cdef uint8_t okind
+        cdef bint two = olds == BLOCK_UPDATES_OLD
         cdef int ncols = rb.ncols
         cdef Meta *meta = &rb.meta
         cdef Ctx *ctx = &self.ctx
@@ -2372,31 +2408,44 @@ cdef class DecoderCore:
         cdef const unsigned char **vp
         cdef int32_t *vn
         cdef uint8_t *ckind
+        cdef const unsigned char **vp2
+        cdef int32_t *vn2
+        cdef uint8_t *ckind2
         cdef int c, rc = 0
+        cdef char op = b'd' if olds == BLOCK_DELETES else b'u'
         for c in range(ncols):
-            if cols[c].any_toast or (dels and before[c].any_toast):
+            if cols[c].any_toast or (olds != BLOCK_NEW and before[c].any_toast):
                 return i
         if stride < 1:
             stride = 1
-        if self.cp_scratch.cap < stride * ncols * 12 + ncols:
+        if self.cp_scratch.cap < 2 * (stride * ncols * 12 + ncols):
             self.cp_scratch.len = 0
-            if buf_reserve(&self.cp_scratch, stride * ncols * 12 + ncols) < 0:
+            if buf_reserve(&self.cp_scratch, 2 * (stride * ncols * 12 + ncols)) < 0:
                 raise MemoryError()
         vp = <const unsigned char **>self.cp_scratch.data
         vn = <int32_t *>(self.cp_scratch.data + 8 * stride * ncols)
         ckind = <uint8_t *>(self.cp_scratch.data + 12 * stride * ncols)
+        vp2 = <const unsigned char **>(self.cp_scratch.data + 12 * stride * ncols + ncols)
+        vn2 = <int32_t *>(self.cp_scratch.data + 20 * stride * ncols + ncols)
+        ckind2 = <uint8_t *>(self.cp_scratch.data + 24 * stride * ncols + ncols)
+        if not two:                  # the tuple is both the old image and the row
+            vp2 = vp
+            vn2 = vn
+            ckind2 = ckind
         while i < j:
             rows = j - i
             if rows > stride:
                 rows = stride
             memset(ckind, 0, <size_t>ncols)
-            got = cp_rows(refs + i, rows, ncols, vp, vn, stride, ckind)
+            if two:
+                memset(ckind2, 0, <size_t>ncols)
+            got = cp_rows(refs + i, rows, ncols, stride, vp, vn, ckind, vp2, vn2, ckind2, two)
             if got == 0:
                 return i
             base = meta.rows
             done = got
             bbase = rb.nbefore
-            if dels:
+            if olds != BLOCK_NEW:
                 for c in range(ncols):
                     k = cp_column(before[c], ckind[c], vp + c * stride, vn + c * stride, done, &rc)
                     if k < done:
@@ -2405,7 +2454,7 @@ cdef class DecoderCore:
                         break
             if rc == 0:
                 for c in range(ncols):
-                    k = cp_column(cols[c], ckind[c], vp + c * stride, vn + c * stride, done, &rc)
+                    k = cp_column(cols[c], ckind2[c], vp2 + c * stride, vn2 + c * stride, done, &rc)
                     if k < done:
                         done = k
                     if rc != 0:
@@ -2413,17 +2462,16 @@ cdef class DecoderCore:
             if done < got or rc != 0:
                 for c in range(ncols):
                     cp_cut(cols[c], base + done)
-                    if dels:
+                    if olds != BLOCK_NEW:
                         cp_cut(before[c], bbase + done)
-            if dels:
+            if olds != BLOCK_NEW:
                 for r in range(i, i + done):
                     row32 = <int32_t>meta.rows
-                    okind = refs[r].p[5]
                     memcpy(rb.before_rows.data + rb.before_rows.len, &row32, 4)
                     rb.before_rows.len += 4
-                    rb.before_kind.data[rb.before_kind.len] = okind
+                    rb.before_kind.data[rb.before_kind.len] = refs[r].p[5]
                     rb.before_kind.len += 1
-                    meta_put(meta, refs[r].lsn, ctx, b'd')
+                    meta_put(meta, refs[r].lsn, ctx, op)
                     ctx.seq += 1
                 rb.nbefore += done
             else:

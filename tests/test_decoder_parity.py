@@ -1018,7 +1018,8 @@ _BREAKERS = ["bad_value", "out_of_range", "special", "toast", "kind_switch", "sh
 @pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
 @pytest.mark.parametrize("breaker", _BREAKERS)
 @pytest.mark.parametrize("at", [0, 1, 511, 1023, 1024, 1500])
-@pytest.mark.parametrize("deletes", [None, "mixed", "keys"], ids=["ins_upd", "del", "del_keys"])
+@pytest.mark.parametrize("deletes", [None, "mixed", "keys", "upd_old"],
+                         ids=["ins_upd", "del", "del_keys", "upd_old"])
 def test_column_pass_stops_mid_block(binary, breaker, at, deletes):
     """The native core stores a run's block column by column after a row pass; a row
     that either pass does not take (a value the parser rejects, a value out of the
@@ -1029,7 +1030,8 @@ def test_column_pass_stops_mid_block(binary, breaker, at, deletes):
     whatever row of the block: the same ChangeSet or the same error (message index,
     offset, type) as the reference decoder, and for a stream without an error the values
     that were encoded. del_keys: old keys only (whole blocks of columns that are null
-    in every row) but for the row at `at`."""
+    in every row) but for the row at `at`. upd_old: updates with an old key or old row
+    (to _before) and the new row, which the breakers change."""
     cols = [(23, "i4", -1), (20, "i8", -1), (25, "s", -1), (16, "b", -1), (1184, "ts", -1),
             (1700, "n", ((12 << 16) | 2) + 4), (701, "f", -1)]
     rel = Relation(16384, "public", "t", "d",
@@ -1068,15 +1070,26 @@ def test_column_pass_stops_mid_block(binary, breaker, at, deletes):
     msgs, lsns, expected = [encode_message(rel), encode_message(Begin(9_000_000, 0, 700))], [0, 100], []
     lsn = 100
     broken = None
+    olds = []
     for r in range(2_000):
         row = [r * 7 - 10_000, r * 1_000_003 - (1 << 40), f"v{r}", r % 3 == 0,
                base + datetime.timedelta(seconds=r * 13, microseconds=r), r % 9999 + 1, r / 7]
-        key_only = deletes and (r % 2 == 0 or deletes == "keys") and r != at
-        if key_only:
+        upd_old = deletes == "upd_old"
+        key_only = deletes and (r % 2 == 0 or deletes == "keys") and (r != at or upd_old)
+        old_row = None
+        if upd_old:
+            old_row = [r * 5 + 1, None, f"old{r}", r % 2 == 1, None, r % 7 + 1, -r / 3]
+            if key_only:
+                old_row = [old_row[0]] + [None] * (len(cols) - 1)
+            olds.append(old_row)
+        elif key_only:
             row = [row[0]] + [None] * (len(cols) - 1)
         new = [enc(v, o) for v, (o, _, _) in zip(row, cols)]
 
         def make_msg(new):
+            if upd_old:
+                return Update(16384, "K" if key_only else "O",
+                              tuple(enc(v, o) for v, (o, _, _) in zip(old_row, cols)), tuple(new))
             if deletes:
                 return Delete(16384, "K" if key_only else "O", tuple(new))
             return Insert(16384, tuple(new), None) if r % 2 else Update(16384, None, None, tuple(new))
@@ -1112,7 +1125,8 @@ def test_column_pass_stops_mid_block(binary, breaker, at, deletes):
     assert broken == breaker
 
     feed_both([(msgs, lsns)], events=False)
-    if breaker in ("bad_value", "out_of_range", "short_tuple") or (deletes and breaker == "toast"):
+    if breaker in ("bad_value", "out_of_range", "short_tuple") or (
+            deletes in ("mixed", "keys") and breaker == "toast"):
         with pytest.raises(DecodeError) as err:
             make_decoder(native, events=False).feed(pa.array(msgs, pa.binary()), lsns)
         assert err.value.message_index == 2 + at
@@ -1126,7 +1140,16 @@ def test_column_pass_stops_mid_block(binary, breaker, at, deletes):
         if oid == 1700:
             want = [None if v is None else decimal.Decimal(v).quantize(decimal.Decimal("0.01")) for v in want]
         assert got == want, name
-    if deletes:
+    if deletes == "upd_old":
+        before = table.column("_before").to_pylist()
+        for c, (oid, name, _) in enumerate(cols):
+            want = [o[c] for o in olds]
+            if oid == 1700:
+                want = [None if v is None else decimal.Decimal(v).quantize(decimal.Decimal("0.01")) for v in want]
+            assert [b[name] for b in before] == want, f"_before.{name}"
+        assert table.column("_before_kind").to_pylist() == ["O" if r % 2 else "K" for r in range(len(expected))]
+        assert table.column("_op").to_pylist() == ["u"] * len(expected)
+    elif deletes:
         # a delete's row and its _before are both the old tuple
         assert table.column("_before").to_pylist() == table.select([n for _, n, _ in cols]).to_pylist()
         assert table.column("_before_kind").to_pylist() == [
@@ -1136,4 +1159,4 @@ def test_column_pass_stops_mid_block(binary, breaker, at, deletes):
         assert table.column("_unchanged_toast").to_pylist()[at] == ["s"]
     if breaker == "special":
         assert dict(table.column("_special").to_pylist()[at]) == (
-            {"n": "NaN", "_before.n": "NaN"} if deletes else {"n": "NaN"})
+            {"n": "NaN", "_before.n": "NaN"} if deletes in ("mixed", "keys") else {"n": "NaN"})
