@@ -144,7 +144,7 @@ def _peak_child(msgs, lsns):
         hwm_reset = _reset_peak_rss()
         base = _rss_bytes()
         cs = Decoder(events=False).feed(msgs, lsns)
-        out = sum(t.nbytes for _, t in cs.table_versions)
+        out = sum(t.get_total_buffer_size() for _, t in cs.table_versions)
         peak = _peak_rss_bytes() if hwm_reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         conn.send((max(peak - base, 0), out))
         conn.close()
@@ -191,7 +191,7 @@ def run(args) -> int:
             progress.step(f"{w}/{mode}: typed")
             cs = Decoder(events=False).feed(msgs, lsns)
             r["rows"] = sum(t.num_rows for _, t in cs.table_versions)
-            r["output_bytes"] = sum(t.nbytes for _, t in cs.table_versions)
+            r["output_bytes"] = sum(t.get_total_buffer_size() for _, t in cs.table_versions)
             del cs
             r["typed_s"] = _median_time(lambda: Decoder(events=False).feed(msgs, lsns), args.repeat)
             progress.step(f"{w}/{mode}: events")
