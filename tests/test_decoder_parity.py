@@ -927,6 +927,40 @@ def test_inline_values_and_timestamp_memo_parity(stream, events):
     feed_both([(msgs[a:b], lsns[a:b]) for a, b in zip([0] + cuts, cuts) if a < b], events=events)
 
 
+_PG_EPOCH = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def _encode_value(v, oid, binary):
+    """A Python value as PostgreSQL sends it for the column type oid (int4, int8, bool,
+    timestamptz, float8, numeric: an integer 1..9999 at scale 2; else text), in text or
+    binary; None for NULL."""
+    if v is None:
+        return None
+    if binary:
+        if oid == 23:
+            return Value("b", v.to_bytes(4, "big", signed=True))
+        if oid == 20:
+            return Value("b", v.to_bytes(8, "big", signed=True))
+        if oid == 16:
+            return Value("b", b"\x01" if v else b"\x00")
+        if oid == 1184:
+            return Value("b", ((v - _PG_EPOCH) // datetime.timedelta(microseconds=1)).to_bytes(8, "big", signed=True))
+        if oid == 1700:                   # numeric_send: one base-10000 digit, dscale 2
+            return Value("b", struct.pack(">hhHhh", 1, 0, 0, 2, v))
+        if oid == 701:
+            return Value("b", struct.pack(">d", v))
+        return Value("b", v.encode())
+    if oid == 16:
+        return Value("t", b"t" if v else b"f")
+    if oid == 1184:
+        return Value("t", v.strftime("%Y-%m-%d %H:%M:%S.%f+00").encode())
+    if oid == 1700:
+        return Value("t", f"{v}.00".encode())
+    if oid == 701:
+        return Value("t", repr(v).encode())
+    return Value("t", str(v).encode())
+
+
 @pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
 def test_long_runs_cross_reservation_blocks(binary):
     """Runs of inserts and updates of one relation far longer than the block the native
@@ -944,28 +978,7 @@ def test_long_runs_cross_reservation_blocks(binary):
     base = datetime.datetime(2024, 3, 1, 10, tzinfo=datetime.timezone.utc)
 
     def enc(v, oid):
-        if v is None:
-            return None
-        if binary:
-            if oid == 23:
-                return Value("b", v.to_bytes(4, "big", signed=True))
-            if oid == 20:
-                return Value("b", v.to_bytes(8, "big", signed=True))
-            if oid == 16:
-                return Value("b", b"\x01" if v else b"\x00")
-            if oid == 1184:
-                us = (v - datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)) // datetime.timedelta(microseconds=1)
-                return Value("b", us.to_bytes(8, "big", signed=True))
-            if oid == 701:
-                return Value("b", struct.pack(">d", v))
-            return Value("b", v.encode())
-        if oid == 16:
-            return Value("t", b"t" if v else b"f")
-        if oid == 1184:
-            return Value("t", v.strftime("%Y-%m-%d %H:%M:%S.%f+00").encode())
-        if oid == 701:
-            return Value("t", repr(v).encode())
-        return Value("t", str(v).encode())
+        return _encode_value(v, oid, binary)
 
     msgs, lsns, expected = [encode_message(rel), encode_message(other)], [0, 0], []
     lsn = 100
@@ -1037,35 +1050,10 @@ def test_column_pass_stops_mid_block(binary, breaker, at, deletes):
     rel = Relation(16384, "public", "t", "d",
                    tuple(RelationColumn(1 if i == 0 else 0, name, oid, mod)
                          for i, (oid, name, mod) in enumerate(cols)), None)
-    epoch = datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone.utc)
     base = datetime.datetime(2024, 3, 1, 10, tzinfo=datetime.timezone.utc)
 
     def enc(v, oid, as_binary=binary):
-        if v is None:
-            return None
-        if as_binary:
-            if oid == 23:
-                return Value("b", v.to_bytes(4, "big", signed=True))
-            if oid == 20:
-                return Value("b", v.to_bytes(8, "big", signed=True))
-            if oid == 16:
-                return Value("b", b"\x01" if v else b"\x00")
-            if oid == 1184:
-                return Value("b", ((v - epoch) // datetime.timedelta(microseconds=1)).to_bytes(8, "big", signed=True))
-            if oid == 1700:                   # an integer 1..9999 with dscale 2
-                return Value("b", struct.pack(">hhHhh", 1, 0, 0, 2, v))
-            if oid == 701:
-                return Value("b", struct.pack(">d", v))
-            return Value("b", v.encode())
-        if oid == 16:
-            return Value("t", b"t" if v else b"f")
-        if oid == 1184:
-            return Value("t", v.strftime("%Y-%m-%d %H:%M:%S.%f+00").encode())
-        if oid == 1700:
-            return Value("t", f"{v}.00".encode())
-        if oid == 701:
-            return Value("t", repr(v).encode())
-        return Value("t", str(v).encode())
+        return _encode_value(v, oid, as_binary)
 
     msgs, lsns, expected = [encode_message(rel), encode_message(Begin(9_000_000, 0, 700))], [0, 100], []
     lsn = 100
