@@ -2422,11 +2422,12 @@ cdef class DecoderCore:
             self.cp_scratch.len = 0
             if buf_reserve(&self.cp_scratch, 2 * (stride * ncols * 12 + ncols)) < 0:
                 raise MemoryError()
+        # (pointers first, then the int32 lengths, then the kind bytes: each aligned)
         vp = <const unsigned char **>self.cp_scratch.data
-        vn = <int32_t *>(self.cp_scratch.data + 8 * stride * ncols)
-        ckind = <uint8_t *>(self.cp_scratch.data + 12 * stride * ncols)
-        vp2 = <const unsigned char **>(self.cp_scratch.data + 12 * stride * ncols + ncols)
-        vn2 = <int32_t *>(self.cp_scratch.data + 20 * stride * ncols + ncols)
+        vp2 = <const unsigned char **>(self.cp_scratch.data + 8 * stride * ncols)
+        vn = <int32_t *>(self.cp_scratch.data + 16 * stride * ncols)
+        vn2 = <int32_t *>(self.cp_scratch.data + 20 * stride * ncols)
+        ckind = <uint8_t *>(self.cp_scratch.data + 24 * stride * ncols)
         ckind2 = <uint8_t *>(self.cp_scratch.data + 24 * stride * ncols + ncols)
         if not two:                  # the tuple is both the old image and the row
             vp2 = vp
