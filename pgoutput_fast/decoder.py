@@ -177,7 +177,8 @@ class Decoder:
         """Held-back work after the last feed.
 
         ``streams`` / ``prepared``: spool size in bytes per top-level xid / GID (each
-        message plus an 18-byte record header). ``open_transaction``: xid of the
+        message plus an 18-byte record header; a streamed change is kept without its
+        4-byte xid). ``open_transaction``: xid of the
         Begin..Commit still open, or None; ``open_changes``: its changes so far;
         ``open_bytes``: size of its raw copy (same units; 0 when none is open);
         ``open_spooled``: True once it passed ``max_pending_bytes`` and is held as raw

@@ -24,7 +24,9 @@
 #                 again at the Commit. Origin messages are spooled too (REC_ORIGIN), so a
 #                 replay gives every row the origin a direct write would have.
 #   S..E / c / A  streamed changes are spooled as raw messages (with the relation
-#                 version each refers to) per top-level xid; a subtransaction abort
+#                 version each refers to) per top-level xid, each checked on arrival by a
+#                 dry-run write that is undone at once (runs of one relation through
+#                 _fast_run's column pass, SPOOL_RUN_ROWS at a time); a subtransaction abort
 #                 truncates the spool at the position where that subxid first
 #                 appeared; Stream Commit replays the spool with its commit metadata.
 #   b..P / p, K/r prepared work is spooled per GID, replayed at Commit Prepared,
@@ -54,8 +56,12 @@ cdef enum RecKind:
     REC_MESSAGE = 2
     REC_ORIGIN = 3      # plain transactions only; rb_id holds the origin id
 
-# record header in a spool: kind u8, in_stream u8, rb_id i32, lsn u64, len u32
+# record header in a spool: kind u8, in_stream u8, rb_id i32, lsn u64, len u32.
+# A streamed change (REC_DML) is spooled without the xid after its type byte (that xid
+# only decides where a subtransaction abort cuts, which note_xid records on arrival), so
+# every REC_DML record is a plain I/U/D with its relid at byte 1, as _fast_run reads it.
 DEF REC_HEAD = 18
+DEF SPOOL_RUN_ROWS = 4096         # changes checked by one dry-run write (then undone)
 
 
 cdef struct MsgRef:
@@ -855,9 +861,10 @@ cdef class Spool:
         return self.file_size + self.mem.len
 
     cdef int append(self, int kind, bint in_stream, int32_t rb_id, const MsgRef *m,
-                    Py_ssize_t limit, object spill_dir) except -1:
+                    Py_ssize_t limit, object spill_dir, int skip=0) except -1:
+        """One record: the message, less its bytes 1..skip (a streamed change's xid)."""
         cdef unsigned char head[REC_HEAD]
-        cdef uint32_t n32 = <uint32_t>m.n
+        cdef uint32_t n32 = <uint32_t>(m.n - skip)
         if m.n > 0xFFFFFFFF:
             raise DecodeError("message too large to spool", None, None)
         head[0] = kind
@@ -865,7 +872,8 @@ cdef class Spool:
         memcpy(head + 2, &rb_id, 4)
         memcpy(head + 6, &m.lsn, 8)
         memcpy(head + 14, &n32, 4)
-        if buf_append(&self.mem, head, REC_HEAD) < 0 or buf_append(&self.mem, m.p, m.n) < 0:
+        if (buf_append(&self.mem, head, REC_HEAD) < 0 or buf_append(&self.mem, m.p, 1) < 0
+                or buf_append(&self.mem, m.p + 1 + skip, m.n - 1 - skip) < 0):
             raise MemoryError()
         if self.mem.len > limit:
             self.spill(spill_dir)
@@ -1292,9 +1300,9 @@ cdef inline Py_ssize_t cp_tuple(const unsigned char *p, Py_ssize_t pos, Py_ssize
 cdef Py_ssize_t cp_rows(const MsgRef *refs, Py_ssize_t nrows, int ncols, Py_ssize_t stride,
                         const unsigned char **vp, int32_t *vn, uint8_t *ckind,
                         const unsigned char **vp2, int32_t *vn2, uint8_t *ckind2,
-                        bint two) noexcept nogil:
+                        bint two, int xo) noexcept nogil:
     """The row pass over refs[0..nrows): each starts with an I/U/D header whose TupleData
-    has ncols columns, read from byte 8 on into vp/vn/ckind (cp_tuple, at row r:
+    has ncols columns, read from byte 8 + xo on (xo: 4 for a streamed change's xid) into vp/vn/ckind (cp_tuple, at row r:
     [column * stride + r]). two: updates with an old tuple, whose new tuple ('N', the
     column count, the columns) follows the old one and goes into vp2/vn2/ckind2. Returns
     the rows read whole: it stops at a message with anything else (or bytes left over),
@@ -1304,7 +1312,7 @@ cdef Py_ssize_t cp_rows(const MsgRef *refs, Py_ssize_t nrows, int ncols, Py_ssiz
     for r in range(nrows):
         p = refs[r].p
         end = refs[r].n
-        pos = cp_tuple(p, 8, end, ncols, vp + r, vn + r, stride, ckind)
+        pos = cp_tuple(p, 8 + xo, end, ncols, vp + r, vn + r, stride, ckind)
         if pos < 0:
             return r
         if two:
@@ -1671,6 +1679,7 @@ cdef class DecoderCore:
     # scratch
     cdef Buf scratch
     cdef Buf cp_scratch             # the column pass's value table (_column_block)
+    cdef Buf run_refs               # MsgRef per spooled change of a replayed run
 
     def __cinit__(self):
         self.rb_current = {}
@@ -1708,6 +1717,7 @@ cdef class DecoderCore:
         buf_free(&self.ev_toast_off); buf_free(&self.ev_toast_ids)
         buf_free(&self.scratch)
         buf_free(&self.cp_scratch)
+        buf_free(&self.run_refs)
 
     # -- catalog glue (rare: Python is fine) ---------------------------------------
     cdef int32_t _name_id(self, str name):
@@ -1762,7 +1772,12 @@ cdef class DecoderCore:
             while i < nrefs:
                 if (self.state == ST_TXN and not self.txn_spooled and self.want_tables
                         and not self.want_events and self.last_rb is not None):
-                    self._fast_run(refs, &i, nrefs)
+                    self._fast_run(refs, &i, nrefs, self.last_rb, 0)
+                    if i >= nrefs:
+                        break
+                elif (self.state != ST_NONE and self.want_tables and not self.want_events
+                        and (self.state != ST_TXN or self.txn_spooled)):
+                    self._spool_run(refs, &i, nrefs)
                     if i >= nrefs:
                         break
                 self._dispatch(&refs[i], i, refs)
@@ -2076,13 +2091,15 @@ cdef class DecoderCore:
         return 0
 
     cdef Py_ssize_t _replay_run(self, Spool sp, const unsigned char *p, Py_ssize_t n) except -1:
-        """Write the whole records in p[0..n); returns the bytes they took."""
+        """Write the whole records in p[0..n); returns the bytes they took. Consecutive
+        changes of one relation version go through _write_run together."""
         cdef Py_ssize_t pos = 0
         cdef MsgRef m
         cdef uint8_t kind
-        cdef int32_t rb_id
+        cdef int32_t rb_id, run_rb = -1
         cdef uint32_t len32
         cdef Cursor c
+        self.run_refs.len = 0
         while n - pos >= REC_HEAD:
             memcpy(&len32, p + pos + 14, 4)
             if n - pos - REC_HEAD < <Py_ssize_t>len32:
@@ -2092,18 +2109,48 @@ cdef class DecoderCore:
             memcpy(&m.lsn, p + pos + 6, 8)
             m.p = p + pos + REC_HEAD
             m.n = len32
+            if kind == REC_DML:
+                if rb_id != run_rb or self.run_refs.len >= SPOOL_RUN_ROWS * <Py_ssize_t>sizeof(MsgRef):
+                    self._write_run(run_rb)
+                    run_rb = rb_id
+                if buf_append(&self.run_refs, <const unsigned char *>&m, sizeof(MsgRef)) < 0:
+                    raise MemoryError()
+                pos += REC_HEAD + len32
+                continue
+            self._write_run(run_rb)
             cur_init(&c, m.p, m.n)
             c.pos = 5 if p[pos + 1] else 1
-            if kind == REC_DML:
-                self._write_dml(&m, &c, m.p[0], <RelBuilders>self.rb_all[rb_id])
-            elif kind == REC_TRUNCATE:
+            if kind == REC_TRUNCATE:
                 self._write_truncate(&m, &c, sp.truncates[rb_id])
             elif kind == REC_ORIGIN:
                 self.ctx.origin = rb_id
             else:
                 self.txn_messages.append(self._message_obj(&m, p[pos + 1]))
             pos += REC_HEAD + len32
+        self._write_run(run_rb)
         return pos
+
+    cdef int _write_run(self, int32_t rb_id) except -1:
+        """Write the spooled changes in run_refs (all of relation version rb_id, each a
+        plain I/U/D: see REC_HEAD), through _fast_run where it takes them."""
+        cdef const MsgRef *refs = <const MsgRef *>self.run_refs.data
+        cdef Py_ssize_t n = self.run_refs.len // <Py_ssize_t>sizeof(MsgRef), i = 0
+        cdef RelBuilders rb
+        cdef Cursor c
+        if n == 0:
+            return 0
+        self.run_refs.len = 0
+        rb = <RelBuilders>self.rb_all[rb_id]
+        while i < n:
+            if self.want_tables and not self.want_events:
+                self._fast_run(refs, &i, n, rb, 0)
+                if i >= n:
+                    break
+            cur_init(&c, refs[i].p, refs[i].n)
+            c.pos = 1
+            self._write_dml(&refs[i], &c, refs[i].p[0], rb)
+            i += 1
+        return 0
 
     cdef object _message_obj(self, const MsgRef *m, bint in_stream):
         msg = decode_message(<const unsigned char[:m.n]>m.p, in_stream=in_stream)
@@ -2127,7 +2174,77 @@ cdef class DecoderCore:
     cdef int _spool(self, const MsgRef *m, int kind, int32_t rb_id, uint32_t xid) except -1:
         if self.state == ST_STREAM:
             self.cur.note_xid(xid)
+            if kind == REC_DML:       # without its xid: see REC_HEAD
+                return self.cur.append(kind, False, rb_id, m, self.max_pending_bytes,
+                                       self.spill_dir, 4)
         self.cur.append(kind, self.state == ST_STREAM, rb_id, m, self.max_pending_bytes, self.spill_dir)
+        return 0
+
+    cdef int _spool_run(self, const MsgRef *refs, Py_ssize_t *index, Py_ssize_t nrefs) except -1:
+        """Check and spool a run of changes of one relation from refs[*index] (in S..E, b..P
+        or a spooled B..C, typed tables only), as _on_dml does one at a time: a dry-run
+        write through _fast_run (and _write_dml for what it leaves), undone at once, then
+        the spool. *index ends at the first message not taken (the caller dispatches it),
+        or at the bad one when the check raises."""
+        cdef Py_ssize_t i = index[0], j, k
+        cdef int xo = 4 if self.state == ST_STREAM else 0
+        cdef const MsgRef *m = &refs[i]
+        cdef uint32_t relid
+        cdef uint8_t t
+        cdef RelBuilders rb
+        cdef Cursor c
+        cdef int64_t seq
+        cdef bint was_dirty
+        if m.n < 8 + xo or (m.p[0] != 73 and m.p[0] != 85 and m.p[0] != 68):
+            return 0
+        relid = pgo_be32(m.p + 1 + xo)
+        rb = self.last_rb
+        if rb is None or rb.relid != relid:
+            rb = self.rb_current.get(relid)
+            if rb is None:
+                return 0                  # _on_dml reports it
+            self.last_rb = rb
+        j = i + 1
+        while j < nrefs and j - i < SPOOL_RUN_ROWS:
+            m = &refs[j]
+            t = m.p[0] if m.n > 0 else 0
+            if m.n < 8 + xo or (t != 73 and t != 85 and t != 68) or pgo_be32(m.p + 1 + xo) != relid:
+                break
+            j += 1
+        if j - i < 2:
+            return 0
+        seq = self.ctx.seq
+        was_dirty = rb.dirty
+        k = i
+        try:
+            while k < j:
+                self._fast_run(refs, &k, j, rb, xo)
+                if k < j:
+                    m = &refs[k]
+                    cur_init(&c, m.p, m.n)
+                    c.pos = 1 + xo
+                    self._write_dml(m, &c, m.p[0], rb)
+                    k += 1
+        finally:
+            # undone whatever happened; the changes checked (all, or those before a bad
+            # one, as _on_dml would have left them) go to the spool
+            index[0] = k
+            rb.rollback()
+            if not was_dirty and self.dirty and self.dirty[len(self.dirty) - 1] is rb:
+                self.dirty.pop()
+            self.ctx.seq = seq
+            self._spool_checked(refs, i, k, rb, xo)
+        return 0
+
+    cdef int _spool_checked(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
+                            RelBuilders rb, int xo) except -1:
+        cdef const MsgRef *m
+        cdef Py_ssize_t k
+        for k in range(i, j):
+            m = &refs[k]
+            self._spool(m, REC_DML, rb.id, pgo_be32(m.p + 1) if xo else 0)
+        if self.state == ST_TXN:
+            self.ctx.seq += j - i             # open_changes of pending()
         return 0
 
     cdef int _on_dml(self, const MsgRef *m, Cursor *c, uint8_t t, uint32_t xid) except -1:
@@ -2288,17 +2405,17 @@ cdef class DecoderCore:
         self.ctx.seq += 1
         return 0
 
-    cdef int _fast_run(self, const MsgRef *refs, Py_ssize_t *index, Py_ssize_t nrefs) except -1:
+    cdef int _fast_run(self, const MsgRef *refs, Py_ssize_t *index, Py_ssize_t nrefs,
+                       RelBuilders rb, int xo) except -1:
         """Write the run of changes from refs[*index] on that _write_dml would write the
-        same way with no choice to make: inserts, updates and deletes of the relation of
-        the previous change, in a plain B..C, typed tables only, in blocks of one shape
-        (BLOCK_*). *index is kept at the message being written (the caller's
+        same way with no choice to make: inserts, updates and deletes of rb's relation (and
+        column count), typed tables only, in blocks of one shape (BLOCK_*). xo is 4 for
+        changes that carry a streamed transaction's xid after the type byte, else 0. *index is kept at the message being written (the caller's
         index for errors) and ends at the first message not taken, which the caller
         dispatches as usual. Each message gets exactly _write_dml's checks, in its order:
         the header tests only choose the path; a TupleData that scan_typed_fast does not
         finish goes on in the full loop from the column it stopped at, and anything
         wrong raises from there with the same message and offset."""
-        cdef RelBuilders rb = self.last_rb
         cdef Column **cols = rb.cols
         cdef Meta *meta = &rb.meta
         cdef Ctx *ctx = &self.ctx
@@ -2322,26 +2439,27 @@ cdef class DecoderCore:
             j = i
             nbytes = 0
             olds = BLOCK_NEW
-            if refs[i].n >= 8 and refs[i].p[0] == 68:
+            if refs[i].n >= 8 + xo and refs[i].p[0] == 68:
                 olds = BLOCK_DELETES
-            elif refs[i].n >= 8 and refs[i].p[0] == 85 and (refs[i].p[5] == 75 or refs[i].p[5] == 79):
+            elif (refs[i].n >= 8 + xo and refs[i].p[0] == 85
+                  and (refs[i].p[5 + xo] == 75 or refs[i].p[5 + xo] == 79)):
                 olds = BLOCK_UPDATES_OLD
             with_old = olds != BLOCK_NEW
             while j < nrefs and j - i < FAST_BLOCK_ROWS:
                 m = &refs[j]
                 p = m.p
-                if m.n < 8 or (j > i and nbytes + m.n > FAST_BLOCK_BYTES):
+                if m.n < 8 + xo or (j > i and nbytes + m.n > FAST_BLOCK_BYTES):
                     break
                 t = p[0]
                 if olds == BLOCK_DELETES:
-                    if t != 68 or (p[5] != 75 and p[5] != 79):
+                    if t != 68 or (p[5 + xo] != 75 and p[5 + xo] != 79):
                         break
                 elif olds == BLOCK_UPDATES_OLD:
-                    if t != 85 or (p[5] != 75 and p[5] != 79):
+                    if t != 85 or (p[5 + xo] != 75 and p[5 + xo] != 79):
                         break
-                elif (t != 73 and t != 85) or p[5] != 78:
+                elif (t != 73 and t != 85) or p[5 + xo] != 78:
                     break
-                if pgo_be32(p + 1) != relid or pgo_be16s(p + 6) != ncols:
+                if pgo_be32(p + 1 + xo) != relid or pgo_be16s(p + 6 + xo) != ncols:
                     break
                 nbytes += m.n
                 j += 1
@@ -2361,7 +2479,7 @@ cdef class DecoderCore:
             if not rb.dirty:
                 self._touch(rb)
             if roomy and ncols > 0:
-                i = self._column_block(refs, i, j, rb, olds)
+                i = self._column_block(refs, i, j, rb, olds, xo)
             if with_old:
                 if i < j:            # the rest through _write_dml, one at a time
                     break
@@ -2370,7 +2488,7 @@ cdef class DecoderCore:
                 m = &refs[i]
                 p = m.p
                 index[0] = i
-                pos = 8
+                pos = 8 + xo
                 rc = 0
                 if roomy:
                     k = scan_typed_roomy(p, &pos, m.n, ncols, cols, &rc)
@@ -2389,7 +2507,7 @@ cdef class DecoderCore:
         return 0
 
     cdef Py_ssize_t _column_block(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
-                                  RelBuilders rb, int olds) except -1:
+                                  RelBuilders rb, int olds, int xo) except -1:
         """The rows i..j of a _fast_run block (room reserved) through the row pass and
         the column pass (cp_rows, cp_column), as far as they take them; returns the
         first row not written, from which the row-wise scan goes on. olds: what the
@@ -2440,7 +2558,7 @@ cdef class DecoderCore:
             memset(ckind, 0, <size_t>ncols)
             if two:
                 memset(ckind2, 0, <size_t>ncols)
-            got = cp_rows(refs + i, rows, ncols, stride, vp, vn, ckind, vp2, vn2, ckind2, two)
+            got = cp_rows(refs + i, rows, ncols, stride, vp, vn, ckind, vp2, vn2, ckind2, two, xo)
             if got == 0:
                 return i
             base = meta.rows
@@ -2470,7 +2588,7 @@ cdef class DecoderCore:
                     row32 = <int32_t>meta.rows
                     memcpy(rb.before_rows.data + rb.before_rows.len, &row32, 4)
                     rb.before_rows.len += 4
-                    rb.before_kind.data[rb.before_kind.len] = refs[r].p[5]
+                    rb.before_kind.data[rb.before_kind.len] = refs[r].p[5 + xo]
                     rb.before_kind.len += 1
                     meta_put(meta, refs[r].lsn, ctx, op)
                     ctx.seq += 1

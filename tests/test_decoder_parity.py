@@ -1034,6 +1034,27 @@ _BREAKERS = ["bad_value", "out_of_range", "special", "toast", "kind_switch", "sh
 @pytest.mark.parametrize("deletes", [None, "mixed", "keys", "upd_old"],
                          ids=["ins_upd", "del", "del_keys", "upd_old"])
 def test_column_pass_stops_mid_block(binary, breaker, at, deletes):
+    _column_pass_case(binary, breaker, at, deletes, None)
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+@pytest.mark.parametrize("breaker", _BREAKERS)
+@pytest.mark.parametrize("at", [1, 1023, 1500])
+@pytest.mark.parametrize("deletes", [None, "mixed", "keys", "upd_old"],
+                         ids=["ins_upd", "del", "del_keys", "upd_old"])
+@pytest.mark.parametrize("wrap", ["stream", "prepared"])
+def test_spooled_runs_stop_mid_block(binary, breaker, at, deletes, wrap):
+    """The same runs held back and replayed: in a streamed transaction (two stream
+    blocks, the second starting inside the run, then a block of an aborted
+    subtransaction) and in a prepared one. The native core checks a run of spooled
+    changes on arrival with one dry-run write through the column pass, undone at once,
+    and replays the spool at the commit in runs through it again: the same ChangeSet,
+    or the same error at the same message, as the reference decoder checking and
+    replaying one change at a time; fed whole and in two batches cut inside the run."""
+    _column_pass_case(binary, breaker, at, deletes, wrap)
+
+
+def _column_pass_case(binary, breaker, at, deletes, wrap):
     """The native core stores a run's block column by column after a row pass; a row
     that either pass does not take (a value the parser rejects, a value out of the
     column's range, a special value, an unchanged-TOAST marker, a column sent in the
@@ -1055,11 +1076,19 @@ def test_column_pass_stops_mid_block(binary, breaker, at, deletes):
     def enc(v, oid, as_binary=binary):
         return _encode_value(v, oid, as_binary)
 
-    msgs, lsns, expected = [encode_message(rel), encode_message(Begin(9_000_000, 0, 700))], [0, 100], []
+    X = 700
+    first = {None: Begin(9_000_000, 0, X), "stream": StreamStart(X, 1),
+             "prepared": BeginPrepare(9_000_000, 9_000_008, 50, X, "g")}[wrap]
+    msgs, lsns, expected = [encode_message(rel), encode_message(first)], [0, 100], []
     lsn = 100
     broken = None
     olds = []
+    row_index = []
+    xid = X if wrap == "stream" else None
     for r in range(2_000):
+        if wrap == "stream" and r == 1_200:       # a second stream block, inside the run
+            msgs += [encode_message(StreamStop()), encode_message(StreamStart(X, 0))]
+            lsns += [lsn, lsn]
         row = [r * 7 - 10_000, r * 1_000_003 - (1 << 40), f"v{r}", r % 3 == 0,
                base + datetime.timedelta(seconds=r * 13, microseconds=r), r % 9999 + 1, r / 7]
         upd_old = deletes == "upd_old"
@@ -1077,10 +1106,10 @@ def test_column_pass_stops_mid_block(binary, breaker, at, deletes):
         def make_msg(new):
             if upd_old:
                 return Update(16384, "K" if key_only else "O",
-                              tuple(enc(v, o) for v, (o, _, _) in zip(old_row, cols)), tuple(new))
+                              tuple(enc(v, o) for v, (o, _, _) in zip(old_row, cols)), tuple(new), xid)
             if deletes:
-                return Delete(16384, "K" if key_only else "O", tuple(new))
-            return Insert(16384, tuple(new), None) if r % 2 else Update(16384, None, None, tuple(new))
+                return Delete(16384, "K" if key_only else "O", tuple(new), xid)
+            return Insert(16384, tuple(new), xid) if r % 2 else Update(16384, None, None, tuple(new), xid)
 
         make = make_msg(new)
         raw = None
@@ -1105,19 +1134,36 @@ def test_column_pass_stops_mid_block(binary, breaker, at, deletes):
                 raw = encode_message(make)[:-3]
             broken = breaker
         lsn += 10
+        row_index.append(len(msgs))
         msgs.append(raw if raw is not None else encode_message(make))
         lsns.append(lsn)
         expected.append(row)
-    msgs.append(encode_message(Commit(0, 9_000_000, 9_000_005, 0)))
-    lsns.append(lsn + 10)
+    if wrap == "stream":
+        # a block of a subtransaction that aborts: none of its rows stays
+        lost = [Insert(16384, tuple(enc(v, o) for v, (o, _, _) in zip(
+            [i, i, "lost", True, base, 1, 0.5], cols)), X + 1) for i in range(40)]
+        tail = [StreamStop(), StreamStart(X, 0), *lost, StreamStop(), StreamAbort(X, X + 1, None, None),
+                StreamCommit(X, 0, 9_000_000, 9_000_005, 0)]
+    elif wrap == "prepared":
+        tail = [Prepare(0, 9_000_000, 9_000_008, 50, X, "g"),
+                CommitPrepared(0, 9_000_000, 9_000_008, 60, X, "g")]
+    else:
+        tail = [Commit(0, 9_000_000, 9_000_005, 0)]
+    for m in tail:
+        lsn += 10
+        msgs.append(encode_message(m))
+        lsns.append(lsn)
     assert broken == breaker
 
     feed_both([(msgs, lsns)], events=False)
+    if wrap:
+        cut = row_index[700]
+        feed_both([(msgs[:cut], lsns[:cut]), (msgs[cut:], lsns[cut:])], events=False)
     if breaker in ("bad_value", "out_of_range", "short_tuple") or (
             deletes in ("mixed", "keys") and breaker == "toast"):
         with pytest.raises(DecodeError) as err:
             make_decoder(native, events=False).feed(pa.array(msgs, pa.binary()), lsns)
-        assert err.value.message_index == 2 + at
+        assert err.value.message_index == row_index[at]
         return
     cs = make_decoder(native, events=False).feed(pa.array(msgs, pa.binary()), lsns)
     table = cs.tables["public.t"]

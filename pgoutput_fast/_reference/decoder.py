@@ -195,7 +195,10 @@ class Spool:
     Each record is ``header + message``; the header (18 bytes, as in the native spool,
     so that ``size()`` agrees) is kind, in_stream, version, lsn, length. ``version`` is
     the id of the RelRows a DML refers to, or for a Truncate an index into
-    ``truncate_targets`` (the RelRows of each of its relids when it arrived).
+    ``truncate_targets`` (the RelRows of each of its relids when it arrived). A streamed
+    change is kept without the xid after its type byte (as the native spool keeps it:
+    that xid only places subtransaction aborts, which ``note_xid`` records on arrival),
+    so every DML record is a plain I/U/D with the relid at byte 1.
     """
 
     HEAD = struct.Struct("<BBiQI")
@@ -612,7 +615,7 @@ class DecoderCore:
         for kind, in_stream, version, lsn, data in sp.records():
             if kind == Spool.DML:
                 rel = self.rel_all[version]
-                change = self._scan_dml(data, 5 if in_stream else 1, chr(data[0]), rel)
+                change = self._scan_dml(data, 1, chr(data[0]), rel)
                 self._emit_change(change, rel, lsn)
             elif kind == Spool.TRUNCATE:
                 options = decode_message(data, in_stream=in_stream).options
@@ -632,6 +635,10 @@ class DecoderCore:
     def _spool(self, kind, version, lsn, data, xid):
         if self.state == STREAM:
             self.cur.note_xid(xid)
+            if kind == Spool.DML:        # without its xid (see Spool)
+                self.cur.append(kind, False, version, lsn, data[:1] + data[5:],
+                                self.max_pending_bytes, self.spill_dir)
+                return
         self.cur.append(kind, self.state == STREAM, version, lsn, data,
                         self.max_pending_bytes, self.spill_dir)
 
