@@ -1302,7 +1302,8 @@ cdef Py_ssize_t cp_rows(const MsgRef *refs, Py_ssize_t nrows, int ncols, Py_ssiz
                         const unsigned char **vp2, int32_t *vn2, uint8_t *ckind2,
                         bint two, int xo) noexcept nogil:
     """The row pass over refs[0..nrows): each starts with an I/U/D header whose TupleData
-    has ncols columns, read from byte 8 + xo on (xo: 4 for a streamed change's xid) into vp/vn/ckind (cp_tuple, at row r:
+    has ncols columns, read from byte 8 + xo on (xo: 4 for a streamed change's xid)
+    into vp/vn/ckind (cp_tuple, at row r:
     [column * stride + r]). two: updates with an old tuple, whose new tuple ('N', the
     column count, the columns) follows the old one and goes into vp2/vn2/ckind2. Returns
     the rows read whole: it stops at a message with anything else (or bytes left over),
@@ -2410,7 +2411,8 @@ cdef class DecoderCore:
         """Write the run of changes from refs[*index] on that _write_dml would write the
         same way with no choice to make: inserts, updates and deletes of rb's relation (and
         column count), typed tables only, in blocks of one shape (BLOCK_*). xo is 4 for
-        changes that carry a streamed transaction's xid after the type byte, else 0. *index is kept at the message being written (the caller's
+        changes that carry a streamed transaction's xid after the type byte, else 0.
+        *index is kept at the message being written (the caller's
         index for errors) and ends at the first message not taken, which the caller
         dispatches as usual. Each message gets exactly _write_dml's checks, in its order:
         the header tests only choose the path; a TupleData that scan_typed_fast does not
