@@ -120,6 +120,53 @@ cdef inline void meta_put(Meta *m, uint64_t lsn, Ctx *ctx, char op) noexcept nog
     m.rows += 1
 
 
+cdef inline void meta_put_run(Meta *m, const MsgRef *refs, Py_ssize_t n, Ctx *ctx,
+                              char op) noexcept nogil:
+    """meta_put of refs[0..n) into room that meta_reserve made, one column at a time (the
+    transaction's fields are the same for every row); op 0: 'c' for an insert, 'u' for
+    an update, by each message's type byte. Advances ctx.seq by n."""
+    cdef Py_ssize_t r
+    cdef int64_t v
+    cdef int64_t commit_lsn = ctx.commit_lsn, commit_ts = ctx.commit_ts
+    cdef int64_t xid = ctx.xid, seq = ctx.seq
+    cdef int32_t origin = ctx.origin
+    cdef unsigned char *d = m.lsn.data + m.lsn.len
+    for r in range(n):
+        v = <int64_t>refs[r].lsn
+        memcpy(d + 8 * r, &v, 8)
+    d = m.commit_lsn.data + m.commit_lsn.len
+    for r in range(n):
+        memcpy(d + 8 * r, &commit_lsn, 8)
+    d = m.commit_ts.data + m.commit_ts.len
+    for r in range(n):
+        memcpy(d + 8 * r, &commit_ts, 8)
+    d = m.xid.data + m.xid.len
+    for r in range(n):
+        memcpy(d + 8 * r, &xid, 8)
+    d = m.seq.data + m.seq.len
+    for r in range(n):
+        v = seq + r
+        memcpy(d + 8 * r, &v, 8)
+    d = m.op.data + m.op.len
+    if op:
+        memset(d, op, <size_t>n)
+    else:
+        for r in range(n):
+            d[r] = 99 if refs[r].p[0] == 73 else 117      # 'c' / 'u'
+    d = m.origin.data + m.origin.len
+    for r in range(n):
+        memcpy(d + 4 * r, &origin, 4)
+    m.lsn.len += 8 * n
+    m.commit_lsn.len += 8 * n
+    m.commit_ts.len += 8 * n
+    m.xid.len += 8 * n
+    m.seq.len += 8 * n
+    m.op.len += n
+    m.origin.len += 4 * n
+    m.rows += n
+    ctx.seq = seq + n
+
+
 cdef inline int meta_append(Meta *m, uint64_t lsn, Ctx *ctx, char op) noexcept nogil:
     cdef int64_t v = <int64_t>lsn
     cdef unsigned char o = <unsigned char>op
@@ -1274,25 +1321,27 @@ cdef inline Py_ssize_t cp_tuple(const unsigned char *p, Py_ssize_t pos, Py_ssize
     cdef uint8_t kind
     cdef int32_t n
     for c in range(ncols):
-        if pos >= end:
-            return -1
-        kind = p[pos]
-        if kind == 110:                          # 'n'
+        if end - pos >= 5:                       # (room for a kind byte and a length)
+            kind = p[pos]
+            if kind == 110:                      # 'n'
+                vn[at] = -1
+                pos += 1
+            else:
+                if kind != ckind[c]:
+                    if ckind[c] != 0 or (kind != 116 and kind != 98):
+                        return -1
+                    ckind[c] = kind
+                n = pgo_be32s(p + pos + 1)
+                if n < 0 or n > end - pos - 5:
+                    return -1
+                vp[at] = p + pos + 5
+                vn[at] = n
+                pos += 5 + n
+        elif pos < end and p[pos] == 110:        # a null among the last bytes
             vn[at] = -1
             pos += 1
         else:
-            if kind != ckind[c]:
-                if ckind[c] != 0 or (kind != 116 and kind != 98):
-                    return -1
-                ckind[c] = kind
-            if end - pos < 5:
-                return -1
-            n = pgo_be32s(p + pos + 1)
-            if n < 0 or n > end - pos - 5:
-                return -1
-            vp[at] = p + pos + 5
-            vn[at] = n
-            pos += 5 + n
+            return -1
         at += stride
     return pos
 
@@ -1409,26 +1458,86 @@ cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, cons
     a compile-time tag: each form is its own C loop). A value not of the form's common
     shape takes fn, the column's parser, exactly as in scan_typed_core. Returns nrows,
     or the row it stopped at with the column as it was before that row: a value fn
-    rejects or marks special, or a builder that cannot grow (*builder_rc < 0)."""
-    cdef Py_ssize_t r = 0, byte
+    rejects or marks special, or a builder that cannot grow (*builder_rc < 0).
+    The inline forms write through locals (dd/dl: data and its length, od/ol: offsets,
+    length): a store through a byte pointer may alias any field of *col, so the C
+    compiler would reload col's fields after each one. They go back to *col before
+    anything else that reads it (cp_null, fn) and at the return."""
+    cdef Py_ssize_t r = 0, r0, byte
     cdef int32_t n, off
     cdef const unsigned char *p
     cdef const char *why = NULL
-    cdef bint ok, neg, bv
+    cdef bint ok, neg, bv, nulls
     cdef uint32_t u32
     cdef int64_t s64
     cdef uint64_t v
     cdef uint64_t words[2]
     cdef int rc, j
+    cdef unsigned char *dd
+    cdef unsigned char *od
+    cdef Py_ssize_t dl, ol, length
     if col.nulls and cp_validity_room(col, nrows) < 0:
         builder_rc[0] = -1
         return 0
+    dd = col.data.data
+    dl = col.data.len
+    od = col.offsets.data
+    ol = col.offsets.len
+    length = col.length
+    nulls = col.nulls != 0
     while r < nrows:
+        if not nulls and (cp_form_t is CpSwap4 or cp_form_t is CpSwap8 or cp_form_t is CpBinTs
+                          or cp_form_t is CpAscii):
+            # the common case in a tight loop: no validity bitmap to keep, values of the
+            # form's one shape; the first one that is not goes on below
+            r0 = r
+            if cp_form_t is CpSwap4:
+                while r < nrows and vn[r] == 4:
+                    u32 = pgo_be32(vp[r])
+                    memcpy(dd + dl, &u32, 4)
+                    dl += 4
+                    r += 1
+            elif cp_form_t is CpSwap8:
+                while r < nrows and vn[r] == 8:
+                    s64 = pgo_be64s(vp[r])
+                    memcpy(dd + dl, &s64, 8)
+                    dl += 8
+                    r += 1
+            elif cp_form_t is CpBinTs:
+                while r < nrows and vn[r] == 8:
+                    s64 = pgo_be64s(vp[r])
+                    if not (PGO_MIN_TIMESTAMP <= s64 < INT64_MAX - PGO_UNIX_EPOCH_USECS):
+                        break
+                    s64 += PGO_UNIX_EPOCH_USECS
+                    memcpy(dd + dl, &s64, 8)
+                    dl += 8
+                    r += 1
+            elif cp_form_t is CpAscii:
+                if ol != 0:
+                    while r < nrows and vn[r] >= 0 and ascii_only(vp[r], vn[r]):
+                        copy_bytes(dd + dl, vp[r], vn[r])
+                        dl += vn[r]
+                        off = <int32_t>dl
+                        memcpy(od + ol, &off, 4)
+                        ol += 4
+                        r += 1
+            length += r - r0
+            if r >= nrows:
+                break
         n = vn[r]
         if n < 0:
+            col.data.len = dl
+            col.offsets.len = ol
+            col.length = length
             if cp_null(col, nrows - r) < 0:
                 builder_rc[0] = -1
                 return r
+            dd = col.data.data
+            dl = col.data.len
+            od = col.offsets.data
+            ol = col.offsets.len
+            length = col.length
+            nulls = True
             r += 1
             continue
         p = vp[r]
@@ -1436,8 +1545,8 @@ cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, cons
         if cp_form_t is CpSwap4:
             if n == 4:
                 u32 = pgo_be32(p)
-                memcpy(col.data.data + col.data.len, &u32, 4)
-                col.data.len += 4
+                memcpy(dd + dl, &u32, 4)
+                dl += 4
                 ok = True
         elif cp_form_t is CpSwap8 or cp_form_t is CpBinTs:
             if n == 8:
@@ -1448,8 +1557,8 @@ cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, cons
                     s64 += PGO_UNIX_EPOCH_USECS
                     ok = True
                 if ok:
-                    memcpy(col.data.data + col.data.len, &s64, 8)
-                    col.data.len += 8
+                    memcpy(dd + dl, &s64, 8)
+                    dl += 8
         elif cp_form_t is CpBinBool or cp_form_t is CpTxtBool:
             if n == 1:
                 if cp_form_t is CpTxtBool:
@@ -1459,20 +1568,19 @@ cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, cons
                     bv = p[0] != 0
                     ok = True
                 if ok:
-                    byte = col.length >> 3
-                    if byte < col.data.len:
-                        col.data.data[byte] = <unsigned char>(
-                            (col.data.data[byte] & ~(1 << (col.length & 7))) | (bv << (col.length & 7)))
+                    byte = length >> 3
+                    if byte < dl:
+                        dd[byte] = <unsigned char>((dd[byte] & ~(1 << (length & 7))) | (bv << (length & 7)))
                     else:
-                        col.data.data[byte] = <unsigned char>bv
-                        col.data.len = byte + 1
+                        dd[byte] = <unsigned char>bv
+                        dl = byte + 1
         elif cp_form_t is CpAscii:
-            if col.offsets.len != 0 and ascii_only(p, n):
-                copy_bytes(col.data.data + col.data.len, p, n)
-                col.data.len += n
-                off = <int32_t>col.data.len
-                memcpy(col.offsets.data + col.offsets.len, &off, 4)
-                col.offsets.len += 4
+            if ol != 0 and ascii_only(p, n):
+                copy_bytes(dd + dl, p, n)
+                dl += n
+                off = <int32_t>dl
+                memcpy(od + ol, &off, 4)
+                ol += 4
                 ok = True
         elif cp_form_t is CpTxtInt4 or cp_form_t is CpTxtInt8:
             # (the value starts at least 13 bytes into its message: digits.h may read
@@ -1482,34 +1590,37 @@ cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, cons
             if 0 < n - j <= 16 and pgo_digits16(p + j, n - j, &v):
                 s64 = -<int64_t>v if neg else <int64_t>v
                 if cp_form_t is CpTxtInt8:
-                    memcpy(col.data.data + col.data.len, &s64, 8)
-                    col.data.len += 8
+                    memcpy(dd + dl, &s64, 8)
+                    dl += 8
                     ok = True
                 elif INT32_MIN <= s64 <= INT32_MAX:
                     u32 = <uint32_t><int32_t>s64
-                    memcpy(col.data.data + col.data.len, &u32, 4)
-                    col.data.len += 4
+                    memcpy(dd + dl, &u32, 4)
+                    dl += 4
                     ok = True
         elif cp_form_t is CpBinDec18:
             if bin_decimal18_fast(col, p, n, words):
-                memcpy(col.data.data + col.data.len, words, 16)
-                col.data.len += 16
+                memcpy(dd + dl, words, 16)
+                dl += 16
                 ok = True
         elif cp_form_t is CpTxtTs:
             if ts_memo_hit(col, p, n, &s64):
-                memcpy(col.data.data + col.data.len, &s64, 8)
-                col.data.len += 8
+                memcpy(dd + dl, &s64, 8)
+                dl += 8
                 ok = True
         if ok:
-            if col.nulls:
-                byte = col.length >> 3
+            if nulls:
+                byte = length >> 3
                 if byte < col.validity.len:
-                    col.validity.data[byte] |= <unsigned char>(1 << (col.length & 7))
+                    col.validity.data[byte] |= <unsigned char>(1 << (length & 7))
                 else:
                     col.validity.data[byte] = 1
                     col.validity.len = byte + 1
-            col.length += 1
+            length += 1
         else:
+            col.data.len = dl
+            col.offsets.len = ol
+            col.length = length
             rc = fn(col, p, n, &why)
             if rc != 0:
                 col_discard_partial(col)
@@ -1518,7 +1629,16 @@ cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, cons
             if rc < 0:
                 builder_rc[0] = rc
                 return r
+            dd = col.data.data
+            dl = col.data.len
+            od = col.offsets.data
+            ol = col.offsets.len
+            length = col.length
+            nulls = col.nulls != 0
         r += 1
+    col.data.len = dl
+    col.offsets.len = ol
+    col.length = length
     return nrows
 
 
@@ -2532,7 +2652,9 @@ cdef class DecoderCore:
         cdef int32_t *vn2
         cdef uint8_t *ckind2
         cdef int c, rc = 0
-        cdef char op = b'd' if olds == BLOCK_DELETES else b'u'
+        cdef char op = b'd' if olds == BLOCK_DELETES else b'u' if olds == BLOCK_UPDATES_OLD else 0
+        cdef unsigned char *brows
+        cdef unsigned char *bkind
         for c in range(ncols):
             if cols[c].any_toast or (olds != BLOCK_NEW and before[c].any_toast):
                 return i
@@ -2586,19 +2708,17 @@ cdef class DecoderCore:
                     if olds != BLOCK_NEW:
                         cp_cut(before[c], bbase + done)
             if olds != BLOCK_NEW:
-                for r in range(i, i + done):
-                    row32 = <int32_t>meta.rows
-                    memcpy(rb.before_rows.data + rb.before_rows.len, &row32, 4)
-                    rb.before_rows.len += 4
-                    rb.before_kind.data[rb.before_kind.len] = refs[r].p[5 + xo]
-                    rb.before_kind.len += 1
-                    meta_put(meta, refs[r].lsn, ctx, op)
-                    ctx.seq += 1
+                row32 = <int32_t>meta.rows
+                brows = rb.before_rows.data + rb.before_rows.len
+                bkind = rb.before_kind.data + rb.before_kind.len
+                for r in range(done):
+                    memcpy(brows + 4 * r, &row32, 4)
+                    row32 += 1
+                    bkind[r] = refs[i + r].p[5 + xo]
+                rb.before_rows.len += 4 * done
+                rb.before_kind.len += done
                 rb.nbefore += done
-            else:
-                for r in range(i, i + done):
-                    meta_put(meta, refs[r].lsn, ctx, b'c' if refs[r].p[0] == 73 else b'u')
-                    ctx.seq += 1
+            meta_put_run(meta, refs + i, done, ctx, op)
             i += done
             if done < rows or rc != 0:
                 return i
