@@ -92,7 +92,8 @@ def _median_time(fn, repeat, min_seconds=0.0, max_runs=101):
     """Median wall time of fn over `repeat` runs, or more while the runs so far add up
     to less than min_seconds (up to max_runs): a short measurement (a slice) gets
     enough runs that one interruption of the machine does not move its median."""
-    times, out = [], None
+    times: list[float] = []
+    out = None
     while len(times) < repeat or (sum(times) < min_seconds and len(times) < max_runs):
         t = time.perf_counter()
         out = fn()
