@@ -94,7 +94,7 @@ tests_started=$SECONDS
 # the Spark suite and the tests marked slow already ran in scripts/test.sh against the
 # same code; here they would only repeat it (the demo's end-to-end Spark run stays)
 PGOUTPUT_FAST_IMPL=native "$VPY" -m pytest tests -q -n "${PGOUTPUT_FAST_TEST_WORKERS:-2}" --dist worksteal \
-    -m "not slow" --ignore=tests/test_spark.py "$@"
+    -m "not slow and not checkout" --ignore=tests/test_spark.py "$@"
 tests_took=$((SECONDS - tests_started))
 cd "$ROOT"
 

@@ -15,15 +15,22 @@
 # Everything here is prefixed fmt_/FMTK_ so it cannot clash with kinds.pxi and the
 # value parsers, which are written alongside.
 
-from libc.stdio cimport snprintf
-from libc.stdlib cimport strtod, strtof
-from libc.math cimport isnan, isinf, signbit
 from libc.string cimport memmove
 from libc.stdint cimport INT32_MIN, INT32_MAX, INT64_MIN, INT64_MAX
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 cimport cython
+
+cdef extern from "shortest.h" nogil:
+    ctypedef struct pgo_dec64:
+        uint64_t mantissa
+        int32_t exponent
+    pgo_dec64 pgo_d2d(uint64_t bits)
+    ctypedef struct pgo_dec32:
+        uint32_t mantissa
+        int32_t exponent
+    pgo_dec32 pgo_f2d(uint32_t bits)
 
 
 # Value kinds: same numbers as pgoutput_fast/types.py (K_*).
@@ -73,7 +80,6 @@ cdef int64_t FMT_USECS_PER_MINUTE = 60000000
 cdef int64_t FMT_USECS_PER_SEC = 1000000
 cdef int64_t FMT_MIN_TIMESTAMP = -211813488000000000     # 4714-11-24 00:00:00 BC
 cdef int64_t FMT_END_TIMESTAMP = 9223371331200000000     # 294277-01-01 00:00:00
-cdef uint64_t FMT_F8_MANTISSA = 0xFFFFFFFFFFFFF
 
 # The reasons (shared word for word with pgoutput_fast/_reference/textformat.py).
 cdef const char *FMT_E_KIND = b"unsupported value kind"
@@ -206,278 +212,56 @@ cdef inline int fmt_hex(Buf *out, const char *prefix, const unsigned char *p, Py
 
 # -- float4 / float8: shortest round-trip digits, laid out like PostgreSQL's Ryu -----
 #
-# Instead of porting Ryu (and its tables) this searches the shortest digit count p whose
-# correctly rounded decimal reads back as v (snprintf "%.*e" + strtod/strtof, both
-# correctly rounded in glibc and the other C libraries we build on), with PostgreSQL's
-# Ryu semantics made explicit: a decimal exactly halfway to a neighbouring float does
-# not count (PG builds Ryu without STRICTLY_SHORTEST), and below a power of two, where
-# the lower gap is half the upper one, the next p-digit decimal up may be the answer.
+# The digits come from shortest.h, this project's Ryu (with PostgreSQL's choices: an
+# exact halfway decimal never prints); fmt_float_layout places the point as
+# float8out/float4out do.
 
-cdef int fmt_sci_parse(const char *s, char *digits, int maxp, char *sep, int *exp10) noexcept nogil:
-    """Split snprintf's "%.*e" output "d<sep>ddd…e±XX" into digits, separator, exponent.
-    The separator is kept as printed so strtod (same locale) reads our candidates back."""
-    cdef int i = 0, nd = 0, ns = 0, e = 0, neg = 0
-    digits[nd] = s[i]
-    nd += 1
-    i += 1
-    while s[i] != 0 and s[i] != 101 and (s[i] < 48 or s[i] > 57):   # separator bytes
-        if ns < 7:
-            sep[ns] = s[i]
-            ns += 1
-        i += 1
-    sep[ns] = 0
-    while s[i] >= 48 and s[i] <= 57:
-        if nd < maxp:
-            digits[nd] = s[i]
-            nd += 1
-        i += 1
-    if s[i] == 101:  # 'e'
-        i += 1
-        if s[i] == 45:
-            neg = 1
-            i += 1
-        elif s[i] == 43:
-            i += 1
-        while s[i] >= 48 and s[i] <= 57:
-            e = e * 10 + (s[i] - 48)
-            i += 1
-    exp10[0] = -e if neg else e
-    return nd
-
-
-cdef int fmt_sci_build(char *buf, const char *digits, int p, int exp10, const char *sep) noexcept nogil:
-    """Candidate text "d<sep>ddd" + "e<exp>" for strtod."""
-    cdef char *w = buf
-    cdef int i
-    w[0] = digits[0]
-    w += 1
-    if p > 1:
-        w = fmt_w_str(w, sep)
-        for i in range(1, p):
-            w[0] = digits[i]
-            w += 1
-    w[0] = 101
-    w += 1
-    w = fmt_w_i64(w, exp10)
-    w[0] = 0
-    return <int>(w - buf)
-
-
-cdef struct FmtFloatBits:
-    uint64_t m       # the significand as an integer (hidden bit included): |v| = m * 2**e
-    int e
-    bint asym        # a power of two above the smallest normal: the lower gap is half the upper
-
-
-cdef bint fmt_is_dyadic(uint64_t d, int e10, uint64_t m, int e2) noexcept nogil:
-    """d * 10**e10 == m * 2**e2, for odd m? Exact, in 64-bit integers."""
-    cdef int twos = 0, fives = 0, t
-    if d == 0:
-        return False
-    while d % 2 == 0:
-        d //= 2
-        twos += 1
-    while d % 5 == 0:
-        d //= 5
-        fives += 1
-    if twos + e10 != e2:
-        return False
-    t = fives + e10
-    if t < 0:
-        return False
-    while t > 0:
-        if d > m // 5:
-            return False
-        d *= 5
-        t -= 1
-    return d == m
-
-
-cdef bint fmt_at_midpoint(const FmtFloatBits *fb, const char *digits, int p, int exp10) noexcept nogil:
-    """Is the decimal digits * 10**(exp10-p+1) exactly halfway to a neighbouring float?"""
-    cdef uint64_t d = 0
-    cdef int i, e10 = exp10 - (p - 1)
-    for i in range(p):
-        d = d * 10 + <uint64_t>(digits[i] - 48)
-    if fmt_is_dyadic(d, e10, 2 * fb.m + 1, fb.e - 1):
-        return True
-    if fb.asym:
-        return fmt_is_dyadic(d, e10, 4 * fb.m - 1, fb.e - 2)
-    return fmt_is_dyadic(d, e10, 2 * fb.m - 1, fb.e - 1)
-
-
-cdef bint fmt_round_trips(const char *text, double v, bint single, const FmtFloatBits *fb,
-                          const char *digits, int p, int exp10) noexcept nogil:
-    """Does the candidate lie strictly inside v's rounding interval? PostgreSQL builds
-    Ryu without STRICTLY_SHORTEST, so both interval ends are excluded even when v's
-    significand is even (strtod alone would accept an exact halfway point: 1e23 reads
-    back as 0x44b52d02c7e14af6, yet PostgreSQL prints that as 9.999999999999999e+22).
-    The read-back is text_float's correctly rounded Eisel-Lemire conversion of the digits
-    (a few hundred instructions where libc's strtod takes thousands on 17 digits); the
-    rare case it leaves undecided goes to strtod/strtof on the candidate's text."""
-    cdef uint64_t d = 0, bits
-    cdef uint32_t bits32
-    cdef float f
-    cdef double x
-    cdef int i
-    for i in range(p):                  # (p <= 17 digits: no overflow)
-        d = d * 10 + <uint64_t>(digits[i] - 48)
-    if pgo_eisel_lemire(d, exp10 - (p - 1), single, &bits) == 0:
-        if single:
-            bits32 = <uint32_t>bits
-            memcpy(&f, &bits32, 4)
-            if f != <float>v:
-                return False
-        else:
-            memcpy(&x, &bits, 8)
-            if x != v:
-                return False
-    elif single:
-        if strtof(text, NULL) != <float>v:
-            return False
-    elif strtod(text, NULL) != v:
-        return False
-    return not fmt_at_midpoint(fb, digits, p, exp10)
-
-
-cdef int fmt_candidate(double v, bint single, const char *full, int maxp, int full_exp,
-                       int p, char *digits, int *exp10, int *rounded_up,
-                       const char *sep) noexcept nogil:
-    """The p-digit correctly rounded decimal of v (digits, exponent; *rounded_up set when
-    it lies above v). Derived from the maxp-digit rendering `full`, except when the
-    dropped tail reads exactly 5000…, where only a direct rendering can tell."""
-    cdef int i, tie
-    cdef char s[48]
-    cdef char sep2[8]
-    if p == maxp:
-        for i in range(p):
-            digits[i] = full[i]
-        exp10[0] = full_exp
-        rounded_up[0] = -1   # exact enough: never needs the neighbour
-        return 0
-    tie = full[p] == 53  # '5'
-    if tie:
-        for i in range(p + 1, maxp):
-            if full[i] != 48:
-                tie = 0
-                break
-    if tie:
-        snprintf(s, sizeof(s), b"%.*e", p - 1, v)
-        fmt_sci_parse(s, digits, p, sep2, exp10)
-        # which side of v: compare the digits with the longer rendering
-        rounded_up[0] = 0
-        for i in range(p):
-            if digits[i] != full[i] or exp10[0] != full_exp:
-                rounded_up[0] = 1
-                break
-        return 0
-    for i in range(p):
-        digits[i] = full[i]
-    exp10[0] = full_exp
-    rounded_up[0] = 0
-    if full[p] >= 53:
-        rounded_up[0] = 1
-        i = p - 1
-        while i >= 0:
-            if digits[i] == 57:
-                digits[i] = 48
-                i -= 1
-            else:
-                digits[i] += 1
-                break
-        if i < 0:          # 999… -> 1000…
-            digits[0] = 49
-            exp10[0] += 1
-    return 0
-
-
-cdef bint fmt_try(double v, bint single, const FmtFloatBits *fb, const char *full, int maxp,
-                  int full_exp, int p, const char *sep, char *digits, int *exp10,
-                  bint neighbour) noexcept nogil:
-    """Does some p-digit decimal read back as v? Tries the correctly rounded one, and with
-    `neighbour` also the next one up (the lower half-gap of a power of two is narrower,
-    so the closest p-digit number can miss while the one above it still hits)."""
-    cdef char text[48]
-    cdef int up, i
-    fmt_candidate(v, single, full, maxp, full_exp, p, digits, exp10, &up, sep)
-    fmt_sci_build(text, digits, p, exp10[0], sep)
-    if fmt_round_trips(text, v, single, fb, digits, p, exp10[0]):
-        return True
-    if neighbour and up == 0:
-        i = p - 1
-        while i >= 0:
-            if digits[i] == 57:
-                digits[i] = 48
-                i -= 1
-            else:
-                digits[i] += 1
-                break
-        if i < 0:
-            digits[0] = 49
-            exp10[0] += 1
-        fmt_sci_build(text, digits, p, exp10[0], sep)
-        if fmt_round_trips(text, v, single, fb, digits, p, exp10[0]):
-            return True
-    return False
-
-
-cdef int fmt_float(Buf *out, double v, bint single, const FmtFloatBits *fb, const char **why) noexcept nogil:
-    """float4out/float8out with extra_float_digits > 0: Ryu's shortest round-trip digits,
-    fixed notation for decimal exponents -4 <= e < 15 (float4: < 6), else d.ddde±XX."""
-    cdef char full[24]
-    cdef char digits[24]
+cdef int fmt_float(Buf *out, const unsigned char *p, bint single, const char **why) noexcept nogil:
+    """float4out/float8out with extra_float_digits > 0 of the big-endian value at p:
+    Ryu's shortest round-trip digits, fixed notation for decimal exponents
+    -4 <= e < 15 (float4: < 6), else d.ddde±XX."""
     cdef char best[24]
-    cdef char sep[8]
-    cdef char s[48]
-    cdef int maxp = 9 if single else 17
-    cdef int full_exp, exp10 = 0, best_exp = 0, p, lo, hi, mid, i, nd, fixed_hi
+    cdef int nd, exp10
     cdef char *w
-    if isnan(v):
-        return fmt_literal(out, b"NaN", why)
-    if isinf(v):
-        return fmt_literal(out, b"-Infinity" if v < 0 else b"Infinity", why)
-    if v == 0:
-        return fmt_literal(out, b"-0" if signbit(v) else b"0", why)
+    cdef uint64_t bits = pgo_be32(p) if single else pgo_be64(p)
+    cdef int exp_bits = 8 if single else 11
+    cdef int man_bits = 23 if single else 52
+    cdef uint64_t mantissa = bits & ((<uint64_t>1 << man_bits) - 1)
+    cdef uint64_t biased = (bits >> man_bits) & ((<uint64_t>1 << exp_bits) - 1)
+    cdef bint negative = (bits >> (man_bits + exp_bits)) & 1
+    cdef pgo_dec64 dec
+    cdef pgo_dec32 dec32
+    if biased == (<uint64_t>1 << exp_bits) - 1:
+        if mantissa != 0:
+            return fmt_literal(out, b"NaN", why)
+        return fmt_literal(out, b"-Infinity" if negative else b"Infinity", why)
+    if biased == 0 and mantissa == 0:
+        return fmt_literal(out, b"-0" if negative else b"0", why)
     w = fmt_room(out, 40)
     if w == NULL:
         why[0] = FMT_E_NOMEM
         return -1
-    if v < 0:
+    if negative:
         w[0] = 45
         w += 1
-        v = -v
-    snprintf(s, sizeof(s), b"%.*e", maxp - 1, v)
-    fmt_sci_parse(s, full, maxp, sep, &full_exp)
-    if fb.asym:
-        # a power of two: success is not monotone in p, so walk up from 1 (at maxp digits
-        # the candidate above v always lies inside the wider upper half-gap)
-        p = 1
-        while not fmt_try(v, single, fb, full, maxp, full_exp, p, sep, digits, &exp10, True) and p < maxp:
-            p += 1
-        for i in range(p):
-            best[i] = digits[i]
-        best_exp = exp10
-    else:
-        # the correctly rounded p-digit value reads back for every p >= the shortest
-        lo = 1
-        hi = maxp
-        for i in range(maxp):
-            best[i] = full[i]
-        best_exp = full_exp
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if fmt_try(v, single, fb, full, maxp, full_exp, mid, sep, digits, &exp10, False):
-                hi = mid
-                for i in range(mid):
-                    best[i] = digits[i]
-                best_exp = exp10
-            else:
-                lo = mid + 1
-        p = hi
-    nd = p
+    if single:
+        dec32 = pgo_f2d(<uint32_t>bits)
+        nd = <int>(fmt_w_u64(best, dec32.mantissa, 0) - best)
+        exp10 = dec32.exponent + nd - 1
+        return fmt_float_layout(out, w, best, nd, exp10, 6)
+    dec = pgo_d2d(bits)
+    nd = <int>(fmt_w_u64(best, dec.mantissa, 0) - best)
+    exp10 = dec.exponent + nd - 1
+    return fmt_float_layout(out, w, best, nd, exp10, 15)
+
+
+cdef int fmt_float_layout(Buf *out, char *w, const char *best, int p, int best_exp,
+                          int fixed_hi) noexcept nogil:
+    """Write the value d1.d2…dp * 10**best_exp (digits best[0:p]) at w, in out's room:
+    fixed notation for -4 <= best_exp < fixed_hi, else d.ddde±XX; trailing zeros go."""
+    cdef int nd = p, i
     while nd > 1 and best[nd - 1] == 48:
         nd -= 1
-    fixed_hi = 6 if single else 15
     if -4 <= best_exp < fixed_hi:
         if best_exp < 0:
             w[0] = 48
@@ -1251,10 +1035,6 @@ cdef int fmt_value(int kind, int elem_kind, const unsigned char *p, Py_ssize_t n
                    const char **why) noexcept nogil:
     cdef char *w
     cdef unsigned char c
-    cdef uint64_t bits64
-    cdef uint32_t bits32
-    cdef int ieee_exp
-    cdef FmtFloatBits fb
     if kind == FMTK_TEXT or kind == FMTK_BPCHAR or kind == FMTK_JSON:
         if utf8_invalid_at(p, n) >= 0:
             why[0] = FMT_E_UTF8
@@ -1278,34 +1058,11 @@ cdef int fmt_value(int kind, int elem_kind, const unsigned char *p, Py_ssize_t n
             w = fmt_w_u64(w, pgo_be32(p), 0)
         fmt_commit(out, w)
         return 0
-    if kind == FMTK_FLOAT8:
-        if n != 8:
+    if kind == FMTK_FLOAT8 or kind == FMTK_FLOAT4:
+        if n != (8 if kind == FMTK_FLOAT8 else 4):
             why[0] = FMT_E_LENGTH
             return -1
-        bits64 = pgo_be64(p)
-        ieee_exp = <int>((bits64 >> 52) & 0x7FF)
-        fb.m = bits64 & FMT_F8_MANTISSA
-        fb.asym = fb.m == 0 and ieee_exp > 1
-        if ieee_exp == 0:
-            fb.e = -1074
-        else:
-            fb.m |= <uint64_t>1 << 52
-            fb.e = ieee_exp - 1075
-        return fmt_float(out, pgo_be_float8(p), False, &fb, why)
-    if kind == FMTK_FLOAT4:
-        if n != 4:
-            why[0] = FMT_E_LENGTH
-            return -1
-        bits32 = pgo_be32(p)
-        ieee_exp = <int>((bits32 >> 23) & 0xFF)
-        fb.m = bits32 & 0x7FFFFF
-        fb.asym = fb.m == 0 and ieee_exp > 1
-        if ieee_exp == 0:
-            fb.e = -149
-        else:
-            fb.m |= <uint64_t>1 << 23
-            fb.e = ieee_exp - 150
-        return fmt_float(out, pgo_be_float4(p), True, &fb, why)
+        return fmt_float(out, p, kind == FMTK_FLOAT4, why)
     if kind == FMTK_DECIMAL or kind == FMTK_NUMERIC_STR:
         return fmt_numeric(out, p, n, why)
     if kind == FMTK_BOOL:

@@ -24,6 +24,7 @@ import math
 import random
 import struct
 import uuid
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -460,6 +461,70 @@ def test_server_text_of_send_form(pg_cursor, name, sql_type, column_type, send, 
     rows = fetch(pg_cursor, f"SELECT format('%%s', v), encode(array_send(v), 'hex') "
                             f"FROM (SELECT x::{sql_type}[] FROM unnest(%s::text[]) AS x) AS t(v)", (arrays,))
     check_rows(array_type, rows, f"{name}[]")
+
+
+def float_bit_patterns(rnd, n, bits):
+    """n IEEE bit patterns (float8: bits=64, float4: 32) that reach every branch of the
+    shortest-digits search: any pattern, integers around the exact-integer limit,
+    subnormals, few significant bits (short decimals, exact ties), decimal-looking values."""
+    man = 52 if bits == 64 else 23
+    exp_bits = bits - 1 - man
+    fmt = ">d" if bits == 64 else ">f"
+    ufmt = ">Q" if bits == 64 else ">I"
+    out = []
+    for _ in range(n):
+        r = rnd.random()
+        if r < 0.4:
+            b = rnd.getrandbits(bits)
+        elif r < 0.55:
+            x = float(rnd.randint(1, 2 ** rnd.randint(1, man + 20)))
+            b = struct.unpack(ufmt, struct.pack(fmt, x))[0] if x < 3e38 or bits == 64 else 1
+        elif r < 0.7:
+            b = rnd.getrandbits(rnd.randint(1, man + 6))
+        elif r < 0.85:
+            b = (rnd.getrandbits(exp_bits) << man) | (rnd.getrandbits(rnd.randint(0, 12)) << rnd.randint(0, man - 12))
+        else:
+            lo, hi = (-320, 300) if bits == 64 else (-45, 30)
+            x = rnd.randint(1, 10 ** rnd.randint(1, 17 if bits == 64 else 9)) * 10.0 ** rnd.randint(lo, hi)
+            try:
+                b = struct.unpack(ufmt, struct.pack(fmt, x))[0]
+            except OverflowError:
+                b = 0x7F7FFFFF
+        if rnd.random() < 0.5:
+            b |= 1 << (bits - 1)
+        out.append(b)
+    return out
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("bits", [64, 32], ids=["float8", "float4"])
+def test_server_float_shortest_digits(pg_cursor, bits):
+    """float8out/float4out (PostgreSQL's Ryu) against shortest.h on 12,000 bit patterns
+    per type, every one sent to the server exactly (a hex bit pattern, cast bitwise)."""
+    rnd = random.Random(f"{SEED}-ryu-{bits}")
+    patterns = [b for b in float_bit_patterns(rnd, 12000, bits)
+                if (b >> (52 if bits == 64 else 23)) & (0x7FF if bits == 64 else 0xFF) != (0x7FF if bits == 64 else 0xFF)]
+    sql_type, send, fmt = ("float8", "float8send", ">d") if bits == 64 else ("float4", "float4send", ">f")
+    ufmt = ">Q" if bits == 64 else ">I"
+    texts = [repr(struct.unpack(fmt, struct.pack(ufmt, b))[0]) for b in patterns]
+    rows = fetch(pg_cursor, f"SELECT format('%%s', v), encode({send}(v), 'hex') "
+                            f"FROM (SELECT x::{sql_type} FROM unnest(%s::text[]) AS x) AS t(v)", (texts,))
+    # the server parsed each repr back to the very bit pattern (so the check covers them all)
+    assert [int.from_bytes(b, "big") for _t, b in rows] == patterns
+    check_rows(ColumnType(K_FLOAT8 if bits == 64 else K_FLOAT4), rows, sql_type)
+
+
+@pytest.mark.checkout
+def test_pow5_table_is_generated():
+    """src/pow5_table.h is exactly what scripts/gen_pow5_table.py writes (scripts/test.sh
+    runs it in the checkout; scripts/wheel.sh leaves it out, having no src/)."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("gen_pow5_table", root / "scripts" / "gen_pow5_table.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert (root / "src" / "pow5_table.h").read_text() == gen.render()
 
 
 @pytest.mark.postgres
