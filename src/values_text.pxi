@@ -1000,40 +1000,48 @@ cdef inline bint decimal18_fast(const Column *c, const unsigned char *p, Py_ssiz
     """numeric(p <= 18, s) text in one pass: -?D+[.D*] that fits, with no nonzero digit
     past the scale -> the scaled value. False for anything else (text_decimal's general
     path then decides, and reports)."""
-    cdef Py_ssize_t i = 0
+    cdef Py_ssize_t i = 0, e, f0
     cdef bint neg = False
     cdef uint64_t v = 0, d
-    cdef int nint = 0, nfrac = 0
+    cdef int scale = c.scale
     if n > 0 and p[0] == 45:
         neg = True
         i = 1
     if i >= n or p[i] == 46:
         return False
-    while i < n:
+    while i < n and p[i] == 48:             # leading zeros
+        i += 1
+    # at most precision - scale significant integer digits: stop there, and a digit
+    # right after means the value does not fit
+    e = i + (c.precision - scale)
+    if e > n:
+        e = n
+    while i < e:
         d = <uint64_t>p[i] - 48
         if d > 9:
             break
         v = v * 10 + d
-        if v != 0:
-            nint += 1                       # significant integer digits
-            if nint > c.precision - c.scale:
-                return False
         i += 1
     if i < n:
-        if p[i] != 46:
+        if p[i] != 46:                      # a digit too many, or not a number
             return False
         i += 1
-        while i < n:
+        f0 = i
+        e = i + scale
+        if e > n:
+            e = n
+        while i < e:
             d = <uint64_t>p[i] - 48
             if d > 9:
                 return False
-            if nfrac < c.scale:
-                v = v * 10 + d
-                nfrac += 1
-            elif d != 0:
+            v = v * 10 + d
+            i += 1
+        scale -= <int>(i - f0)
+        while i < n:                        # past the scale: zeros only
+            if p[i] != 48:
                 return False
             i += 1
-    v *= pgo_pow10_u128[c.scale - nfrac].lo
+    v *= pgo_pow10_u128[scale].lo
     out[0] = -<int64_t>v if neg else <int64_t>v
     return True
 

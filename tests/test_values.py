@@ -412,6 +412,14 @@ text_cases(C(K_DECIMAL, 38, 38), [(b"0.12345678901234567890123456789012345678", 
 bin_cases(C(K_DECIMAL, 38, 38), [(numeric_send("-0.12345678901234567890123456789012345678"),
                                   D("-0.12345678901234567890123456789012345678"))])
 text_cases(C(K_DECIMAL, 5, 2), [(b"123.45", D("123.45")), (b"1234.5", ERROR), (b"0.005", ERROR)])
+# the one-pass numeric(p <= 18) parser's edges: no integer digits allowed, exactly 18
+# digits, zeros past the scale, leading zeros that do not count toward the precision
+text_cases(C(K_DECIMAL, 2, 2), [(b"0.5", D("0.50")), (b"-00.99", D("-0.99")), (b".25", D("0.25")),
+                                (b"0.990", D("0.99")), (b"5.0", ERROR), (b"0.991", ERROR)])
+text_cases(C(K_DECIMAL, 18, 0), [(b"999999999999999999", D("999999999999999999")),
+                                 (b"-0000999999999999999999", D("-999999999999999999")),
+                                 (b"999999999999999999.000", D("999999999999999999")),
+                                 (b"1000000000000000000", ERROR), (b"1.5", ERROR), (b"12a", ERROR)])
 bin_cases(C(K_DECIMAL, 5, 2), [(numeric_send("123.45"), D("123.45")), (numeric_send("0.1"), D("0.10")),
                                (numeric_send("1234.5"), ERROR), (numeric_send("0.005"), ERROR),
                                (numeric_send("0.50"), D("0.50"))])
