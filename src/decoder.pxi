@@ -926,6 +926,42 @@ cdef class Spool:
             self.spill(spill_dir)
         return 0
 
+    cdef int append_dml_run(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
+                            int32_t rb_id, bint stream, Py_ssize_t limit,
+                            object spill_dir) except -1:
+        """The records of refs[i:j], checked changes (I/U/D, at least 8 bytes, a streamed
+        one 12) of relation version rb_id, exactly as append writes them one at a time:
+        a streamed change has its xid noted, then is spooled without it."""
+        cdef const MsgRef *m
+        cdef int skip = 4 if stream else 0
+        cdef uint32_t n32, xid
+        cdef Py_ssize_t k, need
+        cdef unsigned char *w
+        for k in range(i, j):
+            m = &refs[k]
+            if stream:
+                xid = pgo_be32(m.p + 1)
+                if not self.noted_any or xid != self.last_noted:
+                    self.note_xid(xid)
+            if m.n > 0xFFFFFFFF:
+                raise DecodeError("message too large to spool", None, None)
+            n32 = <uint32_t>(m.n - skip)
+            need = REC_HEAD + <Py_ssize_t>n32
+            if self.mem.cap - self.mem.len < need and buf_reserve(&self.mem, need) < 0:
+                raise MemoryError()
+            w = self.mem.data + self.mem.len
+            w[0] = REC_DML
+            w[1] = 0
+            memcpy(w + 2, &rb_id, 4)
+            memcpy(w + 6, &m.lsn, 8)
+            memcpy(w + 14, &n32, 4)
+            w[REC_HEAD] = m.p[0]
+            memcpy(w + REC_HEAD + 1, m.p + 1 + skip, <size_t>(m.n - 1 - skip))
+            self.mem.len += need
+            if self.mem.len > limit:
+                self.spill(spill_dir)
+        return 0
+
     cdef int spill(self, object spill_dir) except -1:
         if self.file is None:
             self.file = _tempfile.TemporaryFile(prefix="pgoutput_fast-spool-", dir=spill_dir)
@@ -2359,11 +2395,7 @@ cdef class DecoderCore:
 
     cdef int _spool_checked(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
                             RelBuilders rb, int xo) except -1:
-        cdef const MsgRef *m
-        cdef Py_ssize_t k
-        for k in range(i, j):
-            m = &refs[k]
-            self._spool(m, REC_DML, rb.id, pgo_be32(m.p + 1) if xo else 0)
+        self.cur.append_dml_run(refs, i, j, rb.id, xo != 0, self.max_pending_bytes, self.spill_dir)
         if self.state == ST_TXN:
             self.ctx.seq += j - i             # open_changes of pending()
         return 0
