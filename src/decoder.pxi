@@ -907,21 +907,33 @@ cdef class Spool:
     cpdef Py_ssize_t size(self):
         return self.file_size + self.mem.len
 
+    cdef inline int put(self, int kind, bint in_stream, int32_t rb_id, const MsgRef *m,
+                        int skip) except -1:
+        """Write one record (REC_HEAD, then the message less its bytes 1..skip) in memory."""
+        cdef uint32_t n32
+        cdef Py_ssize_t need
+        cdef unsigned char *w
+        if m.n > 0xFFFFFFFF:
+            raise DecodeError("message too large to spool", None, None)
+        n32 = <uint32_t>(m.n - skip)
+        need = REC_HEAD + <Py_ssize_t>n32
+        if self.mem.cap - self.mem.len < need and buf_reserve(&self.mem, need) < 0:
+            raise MemoryError()
+        w = self.mem.data + self.mem.len
+        w[0] = <unsigned char>kind
+        w[1] = in_stream
+        memcpy(w + 2, &rb_id, 4)
+        memcpy(w + 6, &m.lsn, 8)
+        memcpy(w + 14, &n32, 4)
+        w[REC_HEAD] = m.p[0]
+        memcpy(w + REC_HEAD + 1, m.p + 1 + skip, <size_t>(m.n - 1 - skip))
+        self.mem.len += need
+        return 0
+
     cdef int append(self, int kind, bint in_stream, int32_t rb_id, const MsgRef *m,
                     Py_ssize_t limit, object spill_dir, int skip=0) except -1:
         """One record: the message, less its bytes 1..skip (a streamed change's xid)."""
-        cdef unsigned char head[REC_HEAD]
-        cdef uint32_t n32 = <uint32_t>(m.n - skip)
-        if m.n > 0xFFFFFFFF:
-            raise DecodeError("message too large to spool", None, None)
-        head[0] = kind
-        head[1] = in_stream
-        memcpy(head + 2, &rb_id, 4)
-        memcpy(head + 6, &m.lsn, 8)
-        memcpy(head + 14, &n32, 4)
-        if (buf_append(&self.mem, head, REC_HEAD) < 0 or buf_append(&self.mem, m.p, 1) < 0
-                or buf_append(&self.mem, m.p + 1 + skip, m.n - 1 - skip) < 0):
-            raise MemoryError()
+        self.put(kind, in_stream, rb_id, m, skip)
         if self.mem.len > limit:
             self.spill(spill_dir)
         return 0
@@ -934,30 +946,15 @@ cdef class Spool:
         a streamed change has its xid noted, then is spooled without it."""
         cdef const MsgRef *m
         cdef int skip = 4 if stream else 0
-        cdef uint32_t n32, xid
-        cdef Py_ssize_t k, need
-        cdef unsigned char *w
+        cdef uint32_t xid
+        cdef Py_ssize_t k
         for k in range(i, j):
             m = &refs[k]
             if stream:
                 xid = pgo_be32(m.p + 1)
                 if not self.noted_any or xid != self.last_noted:
                     self.note_xid(xid)
-            if m.n > 0xFFFFFFFF:
-                raise DecodeError("message too large to spool", None, None)
-            n32 = <uint32_t>(m.n - skip)
-            need = REC_HEAD + <Py_ssize_t>n32
-            if self.mem.cap - self.mem.len < need and buf_reserve(&self.mem, need) < 0:
-                raise MemoryError()
-            w = self.mem.data + self.mem.len
-            w[0] = REC_DML
-            w[1] = 0
-            memcpy(w + 2, &rb_id, 4)
-            memcpy(w + 6, &m.lsn, 8)
-            memcpy(w + 14, &n32, 4)
-            w[REC_HEAD] = m.p[0]
-            memcpy(w + REC_HEAD + 1, m.p + 1 + skip, <size_t>(m.n - 1 - skip))
-            self.mem.len += need
+            self.put(REC_DML, False, rb_id, m, skip)
             if self.mem.len > limit:
                 self.spill(spill_dir)
         return 0

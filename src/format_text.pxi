@@ -231,6 +231,8 @@ cdef int fmt_float(Buf *out, const unsigned char *p, bint single, const char **w
     cdef bint negative = (bits >> (man_bits + exp_bits)) & 1
     cdef pgo_dec64 dec
     cdef pgo_dec32 dec32
+    cdef uint64_t digits
+    cdef int32_t exp_dec
     if biased == (<uint64_t>1 << exp_bits) - 1:
         if mantissa != 0:
             return fmt_literal(out, b"NaN", why)
@@ -246,13 +248,15 @@ cdef int fmt_float(Buf *out, const unsigned char *p, bint single, const char **w
         w += 1
     if single:
         dec32 = pgo_f2d(<uint32_t>bits)
-        nd = <int>(fmt_w_u64(best, dec32.mantissa, 0) - best)
-        exp10 = dec32.exponent + nd - 1
-        return fmt_float_layout(out, w, best, nd, exp10, 6)
-    dec = pgo_d2d(bits)
-    nd = <int>(fmt_w_u64(best, dec.mantissa, 0) - best)
-    exp10 = dec.exponent + nd - 1
-    return fmt_float_layout(out, w, best, nd, exp10, 15)
+        digits = dec32.mantissa
+        exp_dec = dec32.exponent
+    else:
+        dec = pgo_d2d(bits)
+        digits = dec.mantissa
+        exp_dec = dec.exponent
+    nd = <int>(fmt_w_u64(best, digits, 0) - best)
+    exp10 = exp_dec + nd - 1
+    return fmt_float_layout(out, w, best, nd, exp10, 6 if single else 15)
 
 
 cdef int fmt_float_layout(Buf *out, char *w, const char *best, int p, int best_exp,
