@@ -1028,9 +1028,11 @@ cdef inline bint ascii_only(const unsigned char *p, Py_ssize_t n) noexcept nogil
     return (acc & 0x8080808080808080ULL) == 0
 
 
-cdef inline void copy_bytes(unsigned char *d, const unsigned char *s, Py_ssize_t n) noexcept nogil:
-    """memcpy, with the short sizes of typical text values as a few overlapping fixed-size
-    moves instead of a call."""
+cdef inline bint copy_ascii(unsigned char *d, const unsigned char *s, Py_ssize_t n) noexcept nogil:
+    """memcpy (the short sizes of typical text values as a few overlapping fixed-size
+    moves instead of a call), and whether no byte of s[0..n) has its high bit set, from
+    the same loads (the overlapping ones cover every byte): a text value is copied and
+    checked in one pass. The copy is made either way (room for n bytes at d)."""
     cdef uint64_t a, b, c2, d2
     cdef uint32_t x, y
     if n <= 16:
@@ -1039,15 +1041,19 @@ cdef inline void copy_bytes(unsigned char *d, const unsigned char *s, Py_ssize_t
             memcpy(&b, s + n - 8, 8)
             memcpy(d, &a, 8)
             memcpy(d + n - 8, &b, 8)
+            return ((a | b) & 0x8080808080808080ULL) == 0
         elif n >= 4:
             memcpy(&x, s, 4)
             memcpy(&y, s + n - 4, 4)
             memcpy(d, &x, 4)
             memcpy(d + n - 4, &y, 4)
+            return ((x | y) & 0x80808080U) == 0
         elif n > 0:
             d[0] = s[0]
             d[n >> 1] = s[n >> 1]
             d[n - 1] = s[n - 1]
+            return ((s[0] | s[n >> 1] | s[n - 1]) & 0x80) == 0
+        return True
     elif n <= 32:
         memcpy(&a, s, 8)
         memcpy(&b, s + 8, 8)
@@ -1057,8 +1063,9 @@ cdef inline void copy_bytes(unsigned char *d, const unsigned char *s, Py_ssize_t
         memcpy(d + 8, &b, 8)
         memcpy(d + n - 16, &c2, 8)
         memcpy(d + n - 8, &d2, 8)
-    else:
-        memcpy(d, s, <size_t>n)
+        return ((a | b | c2 | d2) & 0x8080808080808080ULL) == 0
+    memcpy(d, s, <size_t>n)
+    return ascii_only(s, n)
 
 
 DEF FAST_BLOCK_ROWS = 1024           # rows a _fast_run block reserves room for at once
@@ -1199,8 +1206,7 @@ cdef int scan_typed_core(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
                             and (roomy or (col.data.cap - col.data.len >= n
                                            and col.offsets.cap - col.offsets.len >= 4
                                            and col.data.len + n <= 0x7FFFFFFF))
-                            and ascii_only(p, n)):
-                        copy_bytes(col.data.data + col.data.len, p, n)
+                            and copy_ascii(col.data.data + col.data.len, p, n)):
                         col.data.len += n
                         off = <int32_t>col.data.len
                         memcpy(col.offsets.data + col.offsets.len, &off, 4)
@@ -1349,14 +1355,22 @@ cdef inline Py_ssize_t cp_tuple(const unsigned char *p, Py_ssize_t pos, Py_ssize
     (0 until the column's first value) the kind byte of its values, 't' or 'b'. Returns
     the position after the tuple, or -1 for anything else (a 'u', a column whose kind
     changes, a bad length, bytes missing)."""
-    cdef Py_ssize_t at = 0
+    cdef Py_ssize_t at = 0, rem
     cdef int c
     cdef uint8_t kind
     cdef int32_t n
     for c in range(ncols):
-        if end - pos >= 5:                       # (room for a kind byte and a length)
+        rem = end - pos
+        if rem >= 5:                             # (room for a kind byte and a length)
             kind = p[pos]
-            if kind == 110:                      # 'n'
+            n = pgo_be32s(p + pos + 1)
+            # the common case first, in one test: the column's kind (never 0: a kind
+            # byte 0 is not a kind) and a length that fits (negative ones wrap)
+            if (kind == ckind[c]) & (kind != 0) & (<size_t>n <= <size_t>(rem - 5)):
+                vp[at] = p + pos + 5
+                vn[at] = n
+                pos += 5 + n
+            elif kind == 110:                    # 'n'
                 vn[at] = -1
                 pos += 1
             else:
@@ -1364,8 +1378,7 @@ cdef inline Py_ssize_t cp_tuple(const unsigned char *p, Py_ssize_t pos, Py_ssize
                     if ckind[c] != 0 or (kind != 116 and kind != 98):
                         return -1
                     ckind[c] = kind
-                n = pgo_be32s(p + pos + 1)
-                if n < 0 or n > end - pos - 5:
+                if <size_t>n > <size_t>(rem - 5):
                     return -1
                 vp[at] = p + pos + 5
                 vn[at] = n
@@ -1469,6 +1482,10 @@ cdef struct CpTxtBool:
     char unused
 cdef struct CpBinDec18:
     char unused
+cdef struct CpTxtFloat8:
+    char unused
+cdef struct CpTxtDec18:
+    char unused
 cdef struct CpParser:
     char unused
 ctypedef fused cp_form_t:
@@ -1482,6 +1499,8 @@ ctypedef fused cp_form_t:
     CpTxtTs
     CpTxtBool
     CpBinDec18
+    CpTxtFloat8
+    CpTxtDec18
     CpParser
 
 
@@ -1505,6 +1524,7 @@ cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, cons
     cdef int64_t s64
     cdef uint64_t v
     cdef uint64_t words[2]
+    cdef double f64
     cdef int rc, j
     cdef unsigned char *dd
     cdef unsigned char *od
@@ -1547,8 +1567,7 @@ cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, cons
                     r += 1
             elif cp_form_t is CpAscii:
                 if ol != 0:
-                    while r < nrows and vn[r] >= 0 and ascii_only(vp[r], vn[r]):
-                        copy_bytes(dd + dl, vp[r], vn[r])
+                    while r < nrows and vn[r] >= 0 and copy_ascii(dd + dl, vp[r], vn[r]):
                         dl += vn[r]
                         off = <int32_t>dl
                         memcpy(od + ol, &off, 4)
@@ -1608,8 +1627,7 @@ cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, cons
                         dd[byte] = <unsigned char>bv
                         dl = byte + 1
         elif cp_form_t is CpAscii:
-            if ol != 0 and ascii_only(p, n):
-                copy_bytes(dd + dl, p, n)
+            if ol != 0 and copy_ascii(dd + dl, p, n):
                 dl += n
                 off = <int32_t>dl
                 memcpy(od + ol, &off, 4)
@@ -1633,6 +1651,18 @@ cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, cons
                     ok = True
         elif cp_form_t is CpBinDec18:
             if bin_decimal18_fast(col, p, n, words):
+                memcpy(dd + dl, words, 16)
+                dl += 16
+                ok = True
+        elif cp_form_t is CpTxtFloat8:
+            if text_float(p, n, False, &f64) == 0:
+                memcpy(dd + dl, &f64, 8)
+                dl += 8
+                ok = True
+        elif cp_form_t is CpTxtDec18:
+            if decimal18_fast(col, p, n, &s64):
+                words[0] = <uint64_t>s64
+                words[1] = <uint64_t>0xFFFFFFFFFFFFFFFFULL if s64 < 0 else 0
                 memcpy(dd + dl, words, 16)
                 dl += 16
                 ok = True
@@ -1769,6 +1799,13 @@ cdef Py_ssize_t cp_column(Column *col, uint8_t kind, const unsigned char **vp, c
         return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpTxtTs *>NULL)
     if code == TEXT_INLINE_BOOL:
         return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpTxtBool *>NULL)
+    if kind == 116 and col.layout == LAYOUT_FIXED:
+        # (float8 and numeric(p <= 18) text: the parser's result stored here, without
+        # its push; anything it does not take goes to fn, which reports it)
+        if fn == tx_float8 and col.fixed_width == 8:
+            return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpTxtFloat8 *>NULL)
+        if fn == text_decimal and col.fixed_width == 16 and col.precision <= 18:
+            return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpTxtDec18 *>NULL)
     return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpParser *>NULL)
 
 

@@ -1024,8 +1024,8 @@ def test_long_runs_cross_reservation_blocks(binary):
         assert got == want, name
 
 
-_BREAKERS = ["bad_value", "out_of_range", "special", "toast", "kind_switch", "short_tuple",
-             "first_null"]
+_BREAKERS = ["bad_value", "bad_float", "bad_numeric", "out_of_range", "special", "toast",
+             "kind_switch", "short_tuple", "first_null"]
 
 
 @pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
@@ -1116,6 +1116,10 @@ def _column_pass_case(binary, breaker, at, deletes, wrap):
         if r == at:
             if breaker == "bad_value":
                 new[0] = Value("b", b"\x00\x01\x02") if binary else Value("t", b"12x")
+            elif breaker == "bad_float":          # (text: the float8 column's own loop)
+                new[6] = Value("b", b"\x00\x01\x02") if binary else Value("t", b"1.5e")
+            elif breaker == "bad_numeric":        # (text: numeric(12,2) with 11 integer digits)
+                new[5] = Value("b", b"\x00\x01") if binary else Value("t", b"12345678901.5")
             elif breaker == "out_of_range":
                 new[0] = Value("b", (1 << 40).to_bytes(8, "big")) if binary else Value("t", b"3000000000")
             elif breaker == "special":
@@ -1159,7 +1163,7 @@ def _column_pass_case(binary, breaker, at, deletes, wrap):
     if wrap:
         cut = row_index[700]
         feed_both([(msgs[:cut], lsns[:cut]), (msgs[cut:], lsns[cut:])], events=False)
-    if breaker in ("bad_value", "out_of_range", "short_tuple") or (
+    if breaker in ("bad_value", "bad_float", "bad_numeric", "out_of_range", "short_tuple") or (
             deletes in ("mixed", "keys") and breaker == "toast"):
         with pytest.raises(DecodeError) as err:
             make_decoder(native, events=False).feed(pa.array(msgs, pa.binary()), lsns)
