@@ -139,32 +139,39 @@ cdef const char *FMT_DIGITS2 = b"00010203040506070809101112131415161718192021222
 
 
 cdef inline char *fmt_w_u64(char *w, uint64_t v, int width) noexcept nogil:
-    """Decimal digits of v, zero-padded to at least `width` (pg_ultostr_zeropad); two
-    digits per division, from a table of 00..99."""
-    cdef char tmp[24]
-    cdef int n = 24
+    """Decimal digits of v, zero-padded to at least `width` (pg_ultostr_zeropad): the
+    digit count first, then two digits per division from a table of 00..99, written in
+    place from the last one back (no temporary, no copy)."""
+    cdef int n = 1, pad
     cdef uint64_t q
     cdef unsigned int r
+    cdef char *e
+    if v < 100 and width <= 2:               # (dates, times, small numbers)
+        if v >= 10 or width == 2:
+            memcpy(w, FMT_DIGITS2 + 2 * v, 2)
+            return w + 2
+        w[0] = <char>(48 + v)
+        return w + 1
+    # digits: the bit length times log10(2) (1233 / 4096), one under or exact; v | 1
+    # so that 0 counts one digit (10^t is even for t >= 1, so | 1 changes no other answer)
+    n = ((64 - pgo_clz64(v | 1)) * 1233) >> 12
+    n += (v | 1) >= pgo_pow10_u128[n].lo
+    pad = width - n
+    if pad > 0:
+        memset(w, 48, <size_t>pad)
+        w += pad
+    e = w + n
     while v >= 100:
         q = v // 100
         r = <unsigned int>(v - q * 100)
-        n -= 2
-        tmp[n] = FMT_DIGITS2[2 * r]
-        tmp[n + 1] = FMT_DIGITS2[2 * r + 1]
+        e -= 2
+        memcpy(e, FMT_DIGITS2 + 2 * r, 2)
         v = q
     if v >= 10:
-        n -= 2
-        tmp[n] = FMT_DIGITS2[2 * v]
-        tmp[n + 1] = FMT_DIGITS2[2 * v + 1]
+        memcpy(e - 2, FMT_DIGITS2 + 2 * v, 2)
     else:
-        n -= 1
-        tmp[n] = <char>(48 + v)
-    while width > 24 - n:
-        w[0] = 48
-        w += 1
-        width -= 1
-    memcpy(w, tmp + n, <size_t>(24 - n))
-    return w + (24 - n)
+        e[-1] = <char>(48 + v)
+    return w + n
 
 
 cdef inline char *fmt_w_i64(char *w, int64_t v) noexcept nogil:

@@ -566,6 +566,7 @@ cdef extern from *:
     const double pgo_pow10_f64[23]
     const float pgo_pow10_f32[11]
     int pgo_eisel_lemire(uint64_t w, int64_t q, int single, uint64_t *bits) noexcept nogil
+    int pgo_clz64(uint64_t x) noexcept nogil
     const int64_t PGO_USECS_PER_DAY
     const int64_t PGO_UNIX_EPOCH_USECS
     const int PGO_UNIX_EPOCH_DAYS
