@@ -1966,8 +1966,7 @@ cdef class DecoderCore:
                     self._fast_run(refs, &i, nrefs, self.last_rb, 0)
                     if i >= nrefs:
                         break
-                elif (self.state != ST_NONE and self.want_tables and not self.want_events
-                        and (self.state != ST_TXN or self.txn_spooled)):
+                elif self.state != ST_NONE and (self.state != ST_TXN or self.txn_spooled):
                     self._spool_run(refs, &i, nrefs)
                     if i >= nrefs:
                         break
@@ -2373,10 +2372,13 @@ cdef class DecoderCore:
 
     cdef int _spool_run(self, const MsgRef *refs, Py_ssize_t *index, Py_ssize_t nrefs) except -1:
         """Check and spool a run of changes of one relation from refs[*index] (in S..E, b..P
-        or a spooled B..C, typed tables only), as _on_dml does one at a time: a dry-run
-        write through _fast_run (and _write_dml for what it leaves), undone at once, then
-        the spool. *index ends at the first message not taken (the caller dispatches it),
-        or at the bad one when the check raises."""
+        or a spooled B..C), as _on_dml does one at a time: a dry-run write of the whole run
+        (typed tables only: through _fast_run, and _write_dml for what it leaves; else
+        _write_dml, change by change), undone at once, then the spool. Nothing a change's
+        check decides depends on the changes before it in the builders or the event
+        buffers, so one undo per run is the undo after each. *index ends at the first
+        message not taken (the caller dispatches it), or at the bad one when the check
+        raises."""
         cdef Py_ssize_t i = index[0], j, k
         cdef int xo = 4 if self.state == ST_STREAM else 0
         cdef const MsgRef *m = &refs[i]
@@ -2386,6 +2388,7 @@ cdef class DecoderCore:
         cdef Cursor c
         cdef int64_t seq
         cdef bint was_dirty
+        cdef bint typed_only = self.want_tables and not self.want_events
         if m.n < 8 + xo or (m.p[0] != 73 and m.p[0] != 85 and m.p[0] != 68):
             return 0
         relid = pgo_be32(m.p + 1 + xo)
@@ -2409,13 +2412,15 @@ cdef class DecoderCore:
         k = i
         try:
             while k < j:
-                self._fast_run(refs, &k, j, rb, xo)
-                if k < j:
-                    m = &refs[k]
-                    cur_init(&c, m.p, m.n)
-                    c.pos = 1 + xo
-                    self._write_dml(m, &c, m.p[0], rb)
-                    k += 1
+                if typed_only:
+                    self._fast_run(refs, &k, j, rb, xo)
+                    if k >= j:
+                        break
+                m = &refs[k]
+                cur_init(&c, m.p, m.n)
+                c.pos = 1 + xo
+                self._write_dml(m, &c, m.p[0], rb)
+                k += 1
         finally:
             # undone whatever happened; the changes checked (all, or those before a bad
             # one, as _on_dml would have left them) go to the spool
@@ -2423,6 +2428,7 @@ cdef class DecoderCore:
             rb.rollback()
             if not was_dirty and self.dirty and self.dirty[len(self.dirty) - 1] is rb:
                 self.dirty.pop()
+            self._ev_truncate(self.ev_committed)
             self.ctx.seq = seq
             self._spool_checked(refs, i, k, rb, xo)
         return 0

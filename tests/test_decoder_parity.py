@@ -1054,7 +1054,18 @@ def test_spooled_runs_stop_mid_block(binary, breaker, at, deletes, wrap):
     _column_pass_case(binary, breaker, at, deletes, wrap)
 
 
-def _column_pass_case(binary, breaker, at, deletes, wrap):
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+@pytest.mark.parametrize("breaker", ["bad_value", "short_tuple", "toast", "first_null"])
+@pytest.mark.parametrize("deletes", [None, "upd_old"], ids=["ins_upd", "upd_old"])
+@pytest.mark.parametrize("wrap", ["stream", "prepared"])
+def test_spooled_event_runs_stop_mid_block(binary, breaker, deletes, wrap):
+    """The same spooled runs for a decoder of the change-event table alone, whose
+    arrival check is a dry-run write of a whole run's events, undone at once: the same
+    events, or the same error at the same message, as the reference decoder."""
+    _column_pass_case(binary, breaker, 1023, deletes, wrap, events=True)
+
+
+def _column_pass_case(binary, breaker, at, deletes, wrap, events=False):
     """The native core stores a run's block column by column after a row pass; a row
     that either pass does not take (a value the parser rejects, a value out of the
     column's range, a special value, an unchanged-TOAST marker, a column sent in the
@@ -1159,6 +1170,11 @@ def _column_pass_case(binary, breaker, at, deletes, wrap):
         lsns.append(lsn)
     assert broken == breaker
 
+    if events:
+        feed_both([(msgs, lsns)], events=True, tables=False)
+        cut = row_index[700]
+        feed_both([(msgs[:cut], lsns[:cut]), (msgs[cut:], lsns[cut:])], events=True, tables=False)
+        return
     feed_both([(msgs, lsns)], events=False)
     if wrap:
         cut = row_index[700]
