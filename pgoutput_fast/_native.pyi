@@ -66,6 +66,7 @@ def format_binary_values(column_type: ColumnType, values: Iterable[Buffer | None
 
 # -- decoder.pxi -------------------------------------------------------------------------
 
+@final
 class RelBuilders:
     """Typed column builders of one relation version (internal to DecoderCore)."""
 
@@ -74,6 +75,7 @@ class RelBuilders:
     @property
     def id(self) -> int: ...
 
+@final
 class Spool:
     """Raw messages of a pending (streamed, prepared, or spooled plain) transaction, spilling to disk."""
 
@@ -86,6 +88,7 @@ class Spool:
         """Bytes spooled (in memory and spilled)."""
     def chunks(self, chunk: int = ...) -> Iterator[bytes]: ...
 
+@final
 class DecoderCore:
     """Native decoder state machine; pgoutput_fast.Decoder is the API around it."""
 

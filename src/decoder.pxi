@@ -421,6 +421,7 @@ cdef object map_export(MapB *mb, object names):
 
 # -- per relation version: typed builders ------------------------------------------
 
+@cython.final
 cdef class RelBuilders:
     """Typed column builders of one relation version (new image, old image, metadata)."""
     cdef readonly object version       # catalog.RelationVersion
@@ -872,6 +873,7 @@ cdef object _toast_lists(Py_ssize_t n, list masks, list names):
 
 # -- spools for streamed and prepared transactions ----------------------------------
 
+@cython.final
 cdef class Spool:
     """Raw messages of a pending (streamed, prepared, or spooled plain) transaction, spilling to disk."""
     cdef Buf mem
@@ -1826,6 +1828,7 @@ cdef void cp_cut(Column *col, Py_ssize_t n) noexcept nogil:
         col.validity.len = (n + 7) >> 3
 
 
+@cython.final
 cdef class DecoderCore:
     """Native decoder state machine; see pgoutput_fast.decoder.Decoder for the API."""
     cdef public object catalog
