@@ -1376,7 +1376,10 @@ cdef inline Py_ssize_t cp_tuple(const unsigned char *p, Py_ssize_t pos, Py_ssize
                 vn[at] = -1
                 pos += 1
             else:
-                if kind != ckind[c]:
+                if kind != ckind[c] or kind == 0:
+                    # (a kind byte 0 equals the "no kind yet" of ckind: it must not pass
+                    # for a value, or a column null in the block's other rows would be
+                    # stored as null in every row, this value lost)
                     if ckind[c] != 0 or (kind != 116 and kind != 98):
                         return -1
                     ckind[c] = kind

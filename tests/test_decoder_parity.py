@@ -1214,3 +1214,42 @@ def _column_pass_case(binary, breaker, at, deletes, wrap, events=False):
     if breaker == "special":
         assert dict(table.column("_special").to_pylist()[at]) == (
             {"n": "NaN", "_before.n": "NaN"} if deletes in ("mixed", "keys") else {"n": "NaN"})
+
+
+@pytest.mark.parametrize("wrap", [None, "stream"])
+@pytest.mark.parametrize("bad_row", [0, 1, 2])
+def test_column_pass_kind_byte_zero_in_an_otherwise_null_column(wrap, bad_row):
+    """A value whose kind byte is 0 (not 'n', 't', 'b' or 'u'), in a column that is null
+    in every other row of the block: a DecodeError at that message in both decoders,
+    never a null. (The row pass takes a column's kind from its first value; a kind byte
+    0 must not pass for "no kind seen yet", or the column pass would treat the column as
+    null in every row and drop the value.)"""
+    rel = Relation(16384, "public", "t", "d",
+                   (RelationColumn(1, "k", 23, -1), RelationColumn(0, "v", 25, -1)), None)
+    xid = 700 if wrap == "stream" else None
+    msgs, lsns = [encode_message(rel)], [0]
+    msgs.append(encode_message(StreamStart(700, 1) if wrap else Begin(9_000_000, 0, 700)))
+    lsns.append(100)
+    index = None
+    for r in range(3):
+        raw = encode_message(Insert(16384, (Value("t", str(r).encode()), None), xid))
+        if r == bad_row:
+            # the null column ('n') becomes kind byte 0 with a 1-byte value "x"
+            assert raw[-1:] == b"n"
+            raw = raw[:-1] + b"\x00" + struct.pack(">i", 1) + b"x"
+            index = len(msgs)
+        msgs.append(raw)
+        lsns.append(110 + 10 * r)
+    if wrap:
+        msgs += [encode_message(StreamStop()),
+                 encode_message(StreamCommit(700, 0, 9_000_000, 9_000_005, 0))]
+        lsns += [150, 160]
+    else:
+        msgs.append(encode_message(Commit(0, 9_000_000, 9_000_005, 0)))
+        lsns.append(150)
+    for events in (False, True):
+        feed_both([(msgs, lsns)], events=events, tables=not events)
+        with pytest.raises(DecodeError) as err:
+            make_decoder(native, events=events, tables=not events).feed(
+                pa.array(msgs, pa.binary()), lsns)
+        assert err.value.message_index == index
