@@ -1365,14 +1365,7 @@ cdef inline Py_ssize_t cp_tuple(const unsigned char *p, Py_ssize_t pos, Py_ssize
         rem = end - pos
         if rem >= 5:                             # (room for a kind byte and a length)
             kind = p[pos]
-            n = pgo_be32s(p + pos + 1)
-            # the common case first, in one test: the column's kind (never 0: a kind
-            # byte 0 is not a kind) and a length that fits (negative ones wrap)
-            if (kind == ckind[c]) & (kind != 0) & (<size_t>n <= <size_t>(rem - 5)):
-                vp[at] = p + pos + 5
-                vn[at] = n
-                pos += 5 + n
-            elif kind == 110:                    # 'n'
+            if kind == 110:                      # 'n'
                 vn[at] = -1
                 pos += 1
             else:
@@ -1383,7 +1376,8 @@ cdef inline Py_ssize_t cp_tuple(const unsigned char *p, Py_ssize_t pos, Py_ssize
                     if ckind[c] != 0 or (kind != 116 and kind != 98):
                         return -1
                     ckind[c] = kind
-                if <size_t>n > <size_t>(rem - 5):
+                n = pgo_be32s(p + pos + 1)
+                if <size_t>n > <size_t>(rem - 5):   # (negative lengths wrap)
                     return -1
                 vp[at] = p + pos + 5
                 vn[at] = n

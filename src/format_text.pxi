@@ -142,7 +142,7 @@ cdef inline char *fmt_w_u64(char *w, uint64_t v, int width) noexcept nogil:
     """Decimal digits of v, zero-padded to at least `width` (pg_ultostr_zeropad): the
     digit count first, then two digits per division from a table of 00..99, written in
     place from the last one back (no temporary, no copy)."""
-    cdef int n = 1, pad
+    cdef int n, pad
     cdef uint64_t q
     cdef unsigned int r
     cdef char *e
