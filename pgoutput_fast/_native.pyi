@@ -114,6 +114,8 @@ class DecoderCore:
         """Decode ``nrefs`` messages of a MsgRef array at ``refs_addr`` (MessageBatch.feed_into)."""
     def export(self) -> tuple[list[tuple[RelationVersion, pa.Table]], pa.Table | None, list[_MessageEvent]]:
         """(tables: [(RelationVersion, pa.Table)], events: pa.Table | None, messages)."""
+    def _event_rows_held(self) -> dict[Any, int | None]:
+        """{xid or GID: bytes of event rows its spool holds, None once dropped} (tests)."""
     def pending_summary(self) -> dict[str, Any]:
         """What is held back: open streams and prepared transactions, the open B..C."""
 

@@ -21,7 +21,11 @@ its decoded rows and a raw copy of its messages; once that copy is larger than
 the transaction is held as raw messages only (spilling to a file in ``spill_dir``),
 its later changes are checked as they arrive and spooled, and its Commit decodes it
 (the rows decoded before the switch are decoded a second time). A transaction that
-begins and commits inside one feed is never copied.
+begins and commits inside one feed is never copied. A streamed or prepared
+transaction's changes are checked as they arrive; their change-event rows are kept
+from that check and appended at the commit (the typed tables are decoded from the
+spool then), until the spool's memory and those rows pass ``max_pending_bytes``: then
+the rows are dropped and the commit decodes them again.
 """
 
 from __future__ import annotations

@@ -419,6 +419,228 @@ cdef object map_export(MapB *mb, object names):
     return pa.Array.from_buffers(MAP_TYPE, n, [validity, offsets], nulls, children=[entries])
 
 
+# -- the change-event table's buffers ----------------------------------------------
+# DecoderCore writes its event rows into one EvStore. A streamed or prepared
+# transaction's rows are written into its Spool's own EvStore as they arrive (that write
+# is also their check), and appended to the decoder's at the commit with the commit's
+# metadata filled in (ev_append), instead of being decoded a second time.
+
+cdef struct EvStore:
+    Meta meta
+    Buf relid               # int64
+    Buf rb                  # int32 RelBuilders id (schema / table names)
+    Buf before_kind         # 1 byte: K O or 0
+    Buf trunc               # 1 byte: Truncate options, 0xFF = not a truncate
+    MapB before
+    MapB after
+    Buf toast_off           # int32 offsets
+    Buf toast_ids           # int32 name ids
+
+
+cdef void ev_free(EvStore *e) noexcept nogil:
+    meta_free(&e.meta)
+    buf_free(&e.relid); buf_free(&e.rb); buf_free(&e.before_kind); buf_free(&e.trunc)
+    map_free(&e.before); map_free(&e.after)
+    buf_free(&e.toast_off); buf_free(&e.toast_ids)
+
+
+cdef Py_ssize_t ev_nbytes(const EvStore *e) noexcept nogil:
+    """Bytes the rows hold (what counts against max_pending_bytes)."""
+    cdef Py_ssize_t n = (e.meta.lsn.len + e.meta.commit_lsn.len + e.meta.commit_ts.len
+                         + e.meta.xid.len + e.meta.seq.len + e.meta.op.len + e.meta.origin.len
+                         + e.relid.len + e.rb.len + e.before_kind.len + e.trunc.len
+                         + e.toast_off.len + e.toast_ids.len)
+    return n + map_nbytes(&e.before) + map_nbytes(&e.after)
+
+
+cdef Py_ssize_t map_nbytes(const MapB *mb) noexcept nogil:
+    cdef Py_ssize_t n = mb.offsets.len + mb.valid.len + mb.key_ids.len
+    if mb.values != NULL:
+        n += mb.values.data.len + mb.values.offsets.len + mb.values.validity.len
+    return n
+
+
+cdef void ev_truncate(EvStore *e, Py_ssize_t rows) noexcept nogil:
+    """Drop rows >= rows, and what a row begun but not finished wrote."""
+    cdef int32_t end
+    if rows > e.meta.rows:
+        return
+    meta_truncate(&e.meta, rows)
+    e.relid.len = 8 * rows
+    e.rb.len = 4 * rows
+    e.before_kind.len = rows
+    e.trunc.len = rows
+    map_truncate(&e.before, rows)
+    map_truncate(&e.after, rows)
+    if e.toast_off.len >= 4 * (rows + 1):
+        memcpy(&end, e.toast_off.data + 4 * rows, 4)
+        e.toast_off.len = 4 * (rows + 1)
+        e.toast_ids.len = 4 * end
+    else:
+        e.toast_off.len = 0
+        e.toast_ids.len = 0
+
+
+cdef int bits_append(Buf *dst, Py_ssize_t dst_n, const Buf *src, Py_ssize_t src_n) noexcept nogil:
+    """Bits [0, src_n) of src after bit dst_n of dst (bits past a bitmap's len are 0;
+    dst's bits from dst_n on are overwritten)."""
+    cdef Py_ssize_t need = (dst_n + src_n + 7) >> 3
+    cdef Py_ssize_t d = dst_n >> 3, k, nsrc = (src_n + 7) >> 3
+    cdef int shift = <int>(dst_n & 7)
+    cdef unsigned char b
+    if src_n == 0:
+        return 0
+    if need > dst.len:
+        if buf_reserve(dst, need - dst.len) < 0:
+            return -1
+        memset(dst.data + dst.len, 0, <size_t>(need - dst.len))
+        dst.len = need
+    dst.data[d] &= <unsigned char>((1 << shift) - 1)
+    for k in range(nsrc):
+        b = src.data[k] if k < src.len else 0
+        dst.data[d + k] |= <unsigned char>(b << shift)
+        if shift and d + k + 1 < need:
+            dst.data[d + k + 1] = <unsigned char>(b >> (8 - shift))
+    return 0
+
+
+cdef int bits_fill_ones(Buf *dst, Py_ssize_t dst_n, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(dst_n, dst_n + n):
+        if bit_set(dst, i, 1) < 0:
+            return -1
+    return 0
+
+
+cdef int offsets_append(Buf *dst, const Buf *src, Py_ssize_t n, int64_t base) noexcept nogil:
+    """src's int32 end offsets 1..n, plus base, after dst's (whose first offset, 0, is
+    written when missing). -2: past int32."""
+    cdef int32_t v, o, zero = 0
+    cdef Py_ssize_t i
+    cdef int64_t last
+    cdef unsigned char *w
+    cdef bint have = src.len >= 4 * (n + 1)     # (else: no entries in any row)
+    if n == 0:
+        return 0
+    v = 0
+    if have:
+        memcpy(&v, src.data + 4 * n, 4)
+    last = base + v
+    if last > 0x7FFFFFFF:
+        return -2
+    if dst.len == 0 and buf_append4(dst, &zero) < 0:
+        return -1
+    if buf_reserve(dst, 4 * n) < 0:
+        return -1
+    w = dst.data + dst.len
+    v = 0
+    for i in range(n):
+        if have:
+            memcpy(&v, src.data + 4 * (i + 1), 4)
+        o = <int32_t>(v + base)
+        memcpy(w + 4 * i, &o, 4)
+    dst.len += 4 * n
+    return 0
+
+
+cdef int col_append_text(Column *dst, const Column *src) noexcept nogil:
+    """Append the rows of src to dst: both LAYOUT_VARLEN without TOAST bits (an event
+    map's values). -1: no memory, -2: past int32 offsets."""
+    cdef Py_ssize_t m = src.length
+    cdef int rc
+    if m == 0:
+        return 0
+    rc = offsets_append(&dst.offsets, &src.offsets, m, dst.data.len)
+    if rc < 0:
+        return rc
+    if buf_append(&dst.data, src.data.data, src.data.len) < 0:
+        return -1
+    if src.nulls or dst.nulls:
+        if dst.nulls == 0 and _validity_backfill(dst) < 0:
+            return -1
+        if src.nulls:
+            rc = bits_append(&dst.validity, dst.length, &src.validity, m)
+        else:
+            rc = bits_fill_ones(&dst.validity, dst.length, m)
+        if rc < 0:
+            return -1
+        dst.nulls += src.nulls
+    dst.length += m
+    return 0
+
+
+cdef int map_append(MapB *dst, const MapB *src) noexcept nogil:
+    cdef Py_ssize_t n = src.rows
+    cdef int rc
+    if n == 0:
+        return 0
+    if map_begin(dst) < 0:
+        return -1
+    rc = offsets_append(&dst.offsets, &src.offsets, n, dst.key_ids.len >> 2)
+    if rc < 0:
+        return rc
+    if (bits_append(&dst.valid, dst.rows, &src.valid, n) < 0
+            or buf_append(&dst.key_ids, src.key_ids.data, src.key_ids.len) < 0):
+        return -1
+    if src.values != NULL:
+        rc = col_append_text(dst.values, src.values)
+        if rc < 0:
+            return rc
+    dst.rows += n
+    return 0
+
+
+cdef int ev_append(EvStore *dst, const EvStore *src, const Ctx *ctx) noexcept nogil:
+    """Append src's rows to dst, with ctx's commit LSN, commit time, xid and origin (their
+    lsn, seq and everything else as written). -1: no memory, -2: past int32 offsets;
+    dst is then cut back to its rows before."""
+    cdef Py_ssize_t n = src.meta.rows, base = dst.meta.rows, r
+    cdef Meta *m = &dst.meta
+    cdef unsigned char *d
+    cdef int rc
+    if n == 0:
+        return 0
+    rc = map_append(&dst.before, &src.before)
+    if rc == 0:
+        rc = map_append(&dst.after, &src.after)
+    if rc == 0:
+        rc = offsets_append(&dst.toast_off, &src.toast_off, n, dst.toast_ids.len >> 2)
+    if rc == 0 and (buf_append(&dst.toast_ids, src.toast_ids.data, src.toast_ids.len) < 0
+                    or buf_append(&dst.relid, src.relid.data, 8 * n) < 0
+                    or buf_append(&dst.rb, src.rb.data, 4 * n) < 0
+                    or buf_append(&dst.before_kind, src.before_kind.data, n) < 0
+                    or buf_append(&dst.trunc, src.trunc.data, n) < 0
+                    or meta_reserve(m, n) < 0):
+        rc = -1
+    if rc < 0:
+        ev_truncate(dst, base)
+        return rc
+    memcpy(m.lsn.data + m.lsn.len, src.meta.lsn.data, <size_t>(8 * n))
+    memcpy(m.seq.data + m.seq.len, src.meta.seq.data, <size_t>(8 * n))
+    memcpy(m.op.data + m.op.len, src.meta.op.data, <size_t>n)
+    d = m.commit_lsn.data + m.commit_lsn.len
+    for r in range(n):
+        memcpy(d + 8 * r, &ctx.commit_lsn, 8)
+    d = m.commit_ts.data + m.commit_ts.len
+    for r in range(n):
+        memcpy(d + 8 * r, &ctx.commit_ts, 8)
+    d = m.xid.data + m.xid.len
+    for r in range(n):
+        memcpy(d + 8 * r, &ctx.xid, 8)
+    d = m.origin.data + m.origin.len
+    for r in range(n):
+        memcpy(d + 4 * r, &ctx.origin, 4)
+    m.lsn.len += 8 * n
+    m.commit_lsn.len += 8 * n
+    m.commit_ts.len += 8 * n
+    m.xid.len += 8 * n
+    m.seq.len += 8 * n
+    m.op.len += n
+    m.origin.len += 4 * n
+    m.rows += n
+    return 0
+
+
 # -- per relation version: typed builders ------------------------------------------
 
 @cython.final
@@ -880,6 +1102,9 @@ cdef class Spool:
     cdef object file                   # spill file (binary, w+b) or None
     cdef Py_ssize_t file_size
     cdef dict first_pos                # subxid -> logical position of its first message
+    cdef dict first_row                # subxid -> rows of ev before its first message
+    cdef EvStore ev                    # event rows written on arrival (ev_side)
+    cdef bint ev_side                  # ev holds every change's event rows (see EvStore)
     cdef uint32_t last_noted           # the subxid note_xid saw last (noted_any: valid)
     cdef bint noted_any
     cdef list truncates                # per spooled Truncate: RelBuilders of its relids at arrival
@@ -891,6 +1116,7 @@ cdef class Spool:
 
     def __cinit__(self):
         self.first_pos = {}
+        self.first_row = {}
         self.truncates = []
         self.origin = -1
 
@@ -900,6 +1126,7 @@ cdef class Spool:
         release_block(self.mem.data, self.mem.cap)
         self.mem.data = NULL
         self.mem.len = self.mem.cap = 0
+        ev_free(&self.ev)
         if self.file is not None:
             try:
                 self.file.close()
@@ -942,10 +1169,11 @@ cdef class Spool:
 
     cdef int append_dml_run(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
                             int32_t rb_id, bint stream, Py_ssize_t limit,
-                            object spill_dir) except -1:
+                            object spill_dir, Py_ssize_t row0) except -1:
         """The records of refs[i:j], checked changes (I/U/D, at least 8 bytes, a streamed
         one 12) of relation version rb_id, exactly as append writes them one at a time:
-        a streamed change has its xid noted, then is spooled without it."""
+        a streamed change has its xid noted, then is spooled without it. row0: the rows
+        of ev before refs[i]'s (one event row per change)."""
         cdef const MsgRef *m
         cdef int skip = 4 if stream else 0
         cdef uint32_t xid
@@ -955,7 +1183,7 @@ cdef class Spool:
             if stream:
                 xid = pgo_be32(m.p + 1)
                 if not self.noted_any or xid != self.last_noted:
-                    self.note_xid(xid)
+                    self.note_xid(xid, row0 + (k - i))
             self.put(REC_DML, False, rb_id, m, skip)
             if self.mem.len > limit:
                 self.spill(spill_dir)
@@ -970,11 +1198,13 @@ cdef class Spool:
         self.mem.len = 0
         return 0
 
-    cdef void note_xid(self, uint32_t subxid):
+    cdef void note_xid(self, uint32_t subxid, Py_ssize_t row=-1):
+        """row: the rows of ev before this message's (-1: all of them)."""
         if self.noted_any and subxid == self.last_noted:
             return                     # the common case: the same (sub)transaction again
         if subxid not in self.first_pos:
             self.first_pos[subxid] = self.size()
+            self.first_row[subxid] = row if row >= 0 else self.ev.meta.rows
         self.last_noted = subxid
         self.noted_any = True
 
@@ -991,6 +1221,9 @@ cdef class Spool:
             self.file_size = p
             self.mem.len = 0
         self.first_pos = {x: q for x, q in self.first_pos.items() if q < p}
+        if self.ev_side:
+            ev_truncate(&self.ev, self.first_row[subxid])
+        self.first_row = {x: self.first_row[x] for x in self.first_pos}
         self.noted_any = False
         return 0
 
@@ -1856,16 +2089,10 @@ cdef class DecoderCore:
     cdef Py_ssize_t txn_part_start  # index in this batch of the open B..C's first message
     cdef list txn_rel_log           # (relid, previous rb, new rb) per Relation in that part
     cdef uint32_t stream_xid
-    # change-event table
-    cdef Meta ev_meta
-    cdef Buf ev_relid               # int64
-    cdef Buf ev_rb                  # int32 RelBuilders id (schema / table names)
-    cdef Buf ev_before_kind         # 1 byte: K O or 0
-    cdef Buf ev_trunc               # 1 byte: Truncate options, 0xFF = not a truncate
-    cdef MapB ev_before
-    cdef MapB ev_after
-    cdef Buf ev_toast_off           # int32 offsets
-    cdef Buf ev_toast_ids           # int32 name ids
+    # change-event table (while a streamed or prepared change is checked on arrival,
+    # ev is swapped with its Spool's: see _side_begin)
+    cdef EvStore ev
+    cdef EvStore ev_spare           # an emptied spool's EvStore, for the next spool (warm pages)
     cdef Py_ssize_t ev_committed
     # scratch
     cdef Buf scratch
@@ -1901,11 +2128,8 @@ cdef class DecoderCore:
                 self._builders_for(v)
 
     def __dealloc__(self):
-        meta_free(&self.ev_meta)
-        buf_free(&self.ev_relid); buf_free(&self.ev_rb); buf_free(&self.ev_before_kind)
-        buf_free(&self.ev_trunc)
-        map_free(&self.ev_before); map_free(&self.ev_after)
-        buf_free(&self.ev_toast_off); buf_free(&self.ev_toast_ids)
+        ev_free(&self.ev)
+        ev_free(&self.ev_spare)
         buf_free(&self.scratch)
         buf_free(&self.cp_scratch)
         buf_free(&self.run_refs)
@@ -2134,7 +2358,7 @@ cdef class DecoderCore:
         for rb in self.dirty:
             rb.commit()
         self.dirty = []
-        self.ev_committed = self.ev_meta.rows
+        self.ev_committed = self.ev.meta.rows
         if self.txn_messages:
             self.out_messages.extend(self.txn_messages)
             self.txn_messages = []
@@ -2180,6 +2404,7 @@ cdef class DecoderCore:
                                "segment was not seen", m, 5)
                 sp = Spool()
                 sp.xid = msg.xid
+                self._side_init(sp)
                 self.streams[msg.xid] = sp
             self.cur = sp
             self.stream_xid = msg.xid
@@ -2212,6 +2437,7 @@ cdef class DecoderCore:
             sp = Spool()
             sp.xid = msg.xid
             sp.gid = msg.gid
+            self._side_init(sp)
             self.cur = sp
             self.state = ST_PREPARE
         elif t == 80:  # P
@@ -2257,7 +2483,27 @@ cdef class DecoderCore:
         self.ctx.xid = xid
         self.ctx.seq = 0
         self.ctx.origin = sp.origin
-        return self._replay_records(sp)
+        cdef int rc
+        if not (sp.ev_side and self.want_events):
+            return self._replay_records(sp)
+        # the event rows were written on arrival: they take the commit's metadata, and
+        # the spool is replayed for the typed tables and logical messages only
+        rc = ev_append(&self.ev, &sp.ev, &self.ctx)
+        if rc == -2:
+            raise DecodeError("the change-event table holds more than 2 GiB of values in one "
+                              "batch; feed smaller batches", None, mtype)
+        if rc < 0:
+            raise MemoryError()
+        ev_truncate(&sp.ev, 0)                 # its memory serves the next spool
+        ev_free(&self.ev_spare)
+        self.ev_spare = sp.ev
+        memset(&sp.ev, 0, sizeof(EvStore))
+        sp.ev_side = False
+        self.want_events = False
+        try:
+            return self._replay_records(sp)
+        finally:
+            self.want_events = True
 
     cdef int _replay_records(self, Spool sp) except -1:
         """Write the spooled records with the metadata in ctx, and commit them."""
@@ -2300,6 +2546,9 @@ cdef class DecoderCore:
             m.p = p + pos + REC_HEAD
             m.n = len32
             if kind == REC_DML:
+                if not self.want_tables and not self.want_events:
+                    pos += REC_HEAD + len32      # (its event rows were kept: see _replay)
+                    continue
                 if rb_id != run_rb or self.run_refs.len >= SPOOL_RUN_ROWS * <Py_ssize_t>sizeof(MsgRef):
                     self._write_run(run_rb)
                     run_rb = rb_id
@@ -2361,14 +2610,41 @@ cdef class DecoderCore:
             self._fail(f"change for relation {relid[0]} before any Relation message for it", m, c.pos - 4)
         return rb
 
-    cdef int _spool(self, const MsgRef *m, int kind, int32_t rb_id, uint32_t xid) except -1:
+    cdef int _spool(self, const MsgRef *m, int kind, int32_t rb_id, uint32_t xid,
+                    Py_ssize_t row=-1) except -1:
+        """row: the event rows the spool held before this message's (see note_xid)."""
         if self.state == ST_STREAM:
-            self.cur.note_xid(xid)
+            self.cur.note_xid(xid, row)
             if kind == REC_DML:       # without its xid: see REC_HEAD
                 return self.cur.append(kind, False, rb_id, m, self.max_pending_bytes,
                                        self.spill_dir, 4)
         self.cur.append(kind, self.state == ST_STREAM, rb_id, m, self.max_pending_bytes, self.spill_dir)
         return 0
+
+    cdef inline bint _side(self):
+        """The changes of the open S..E block or b..P write their event rows into its
+        Spool's EvStore (the check on arrival is then also their decode)."""
+        return (self.want_events and (self.state == ST_STREAM or self.state == ST_PREPARE)
+                and self.cur.ev_side)
+
+    cdef void _side_init(self, Spool sp):
+        """A new stream's or prepared transaction's spool keeps its event rows (_side)."""
+        if self.want_events:
+            sp.ev = self.ev_spare
+            memset(&self.ev_spare, 0, sizeof(EvStore))
+            sp.ev_side = True
+
+    cdef void _ev_swap(self, Spool sp):
+        cdef EvStore t = self.ev
+        self.ev = sp.ev
+        sp.ev = t
+
+    cdef void _side_check(self, Spool sp):
+        """Past max_pending_bytes (the spool's bytes in memory and its event rows
+        together), the event rows are dropped and the commit decodes the spool again."""
+        if sp.ev_side and sp.mem.len + ev_nbytes(&sp.ev) > self.max_pending_bytes:
+            ev_free(&sp.ev)
+            sp.ev_side = False
 
     cdef int _spool_run(self, const MsgRef *refs, Py_ssize_t *index, Py_ssize_t nrefs) except -1:
         """Check and spool a run of changes of one relation from refs[*index] (in S..E, b..P
@@ -2407,8 +2683,15 @@ cdef class DecoderCore:
             j += 1
         if j - i < 2:
             return 0
+        cdef bint side = self._side()
+        cdef Spool sp = self.cur
+        cdef Py_ssize_t row0 = 0
         seq = self.ctx.seq
         was_dirty = rb.dirty
+        if side:
+            row0 = sp.ev.meta.rows
+            self._ev_swap(sp)
+            self.ctx.seq = row0               # seq: the row's place in the transaction
         k = i
         try:
             while k < j:
@@ -2428,14 +2711,21 @@ cdef class DecoderCore:
             rb.rollback()
             if not was_dirty and self.dirty and self.dirty[len(self.dirty) - 1] is rb:
                 self.dirty.pop()
-            self._ev_truncate(self.ev_committed)
+            if side:
+                ev_truncate(&self.ev, row0 + (k - i))   # the checked changes' rows stay
+                self._ev_swap(sp)
+            else:
+                self._ev_truncate(self.ev_committed)
             self.ctx.seq = seq
-            self._spool_checked(refs, i, k, rb, xo)
+            self._spool_checked(refs, i, k, rb, xo, row0)
+        if side:
+            self._side_check(sp)
         return 0
 
     cdef int _spool_checked(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
-                            RelBuilders rb, int xo) except -1:
-        self.cur.append_dml_run(refs, i, j, rb.id, xo != 0, self.max_pending_bytes, self.spill_dir)
+                            RelBuilders rb, int xo, Py_ssize_t row0) except -1:
+        self.cur.append_dml_run(refs, i, j, rb.id, xo != 0, self.max_pending_bytes, self.spill_dir,
+                                row0)
         if self.state == ST_TXN:
             self.ctx.seq += j - i             # open_changes of pending()
         return 0
@@ -2444,6 +2734,9 @@ cdef class DecoderCore:
         cdef uint32_t relid
         cdef Py_ssize_t start = c.pos
         cdef RelBuilders rb = self._rel(m, c, &relid)
+        cdef bint side, ok = False
+        cdef Spool sp
+        cdef Py_ssize_t row0 = -1
         if self.state == ST_TXN and not self.txn_spooled:
             c.pos = start
             return self._write_dml(m, c, t, rb)
@@ -2452,19 +2745,33 @@ cdef class DecoderCore:
             # where it arrives and not at commit: a dry-run write, rolled back at once
             # (outside B..C, and in a spooled one whose rows were dropped, the builders
             # hold only committed rows and the event buffers nothing uncommitted, so
-            # undoing this one change is undoing rb and the events)
+            # undoing this one change is undoing rb and the events). Where the spool keeps
+            # event rows (_side), this change's event row is written into it and stays.
             c.pos = start
             seq = self.ctx.seq
             was_dirty = rb.dirty
+            side = self._side()
+            sp = self.cur
+            if side:
+                row0 = sp.ev.meta.rows
+                self._ev_swap(sp)
+                self.ctx.seq = row0
             try:
                 self._write_dml(m, c, t, rb)
+                ok = True
             finally:
                 rb.rollback()
                 if not was_dirty and self.dirty and self.dirty[len(self.dirty) - 1] is rb:
                     self.dirty.pop()
-                self._ev_truncate(self.ev_committed)
+                if side:
+                    ev_truncate(&self.ev, row0 + 1 if ok else row0)
+                    self._ev_swap(sp)
+                else:
+                    self._ev_truncate(self.ev_committed)
                 self.ctx.seq = seq
-            self._spool(m, REC_DML, rb.id, xid)
+            self._spool(m, REC_DML, rb.id, xid, row0)
+            if side:
+                self._side_check(sp)
             if self.state == ST_TXN:
                 self.ctx.seq += 1               # open_changes of pending()
             return 0
@@ -2477,12 +2784,47 @@ cdef class DecoderCore:
         if self.state != ST_NONE:
             # the relation versions are those in effect where the Truncate arrives
             targets = self._truncate_targets(msg, m)
+            row0 = -1
+            if self._side():
+                row0 = self._side_truncate(m, c, targets)
             self.cur.truncates.append(targets)
-            self._spool(m, REC_TRUNCATE, len(self.cur.truncates) - 1, xid)
+            self._spool(m, REC_TRUNCATE, len(self.cur.truncates) - 1, xid, row0)
             if self.state == ST_TXN:
                 self.ctx.seq += len(targets)
             return 0
         self._fail("Truncate outside a transaction", m, 0)
+
+    cdef Py_ssize_t _side_truncate(self, const MsgRef *m, Cursor *c, list targets) except -1:
+        """The event rows of a Truncate into the open spool's EvStore (_side): one per
+        relation, as _write_truncate writes them. Returns the rows it held before."""
+        cdef Spool sp = self.cur
+        cdef RelBuilders rb
+        cdef Py_ssize_t row0 = sp.ev.meta.rows
+        cdef int64_t seq = self.ctx.seq
+        cdef bint ok = False
+        if c.pos + 4 >= m.n:                  # (decode_message checked it)
+            self._fail("Truncate without options", m, c.pos)
+        self._ev_swap(sp)
+        self.ctx.seq = row0
+        try:
+            for rb in targets:
+                self._ev_truncate_row(rb, m, m.p[c.pos + 4])
+                self.ctx.seq += 1
+            ok = True
+        finally:
+            if not ok:
+                ev_truncate(&self.ev, row0)
+            self._ev_swap(sp)
+            self.ctx.seq = seq
+        self._side_check(sp)
+        return row0
+
+    cdef int _ev_truncate_row(self, RelBuilders rb, const MsgRef *m, int options) except -1:
+        self._ev_row(rb, m, b't', options)
+        if map_end_row(&self.ev.before, 0) < 0 or map_end_row(&self.ev.after, 0) < 0:
+            raise MemoryError()
+        self._ev_toast_end()
+        return 0
 
     cdef list _truncate_targets(self, object msg, const MsgRef *m):
         targets = []
@@ -2524,10 +2866,7 @@ cdef class DecoderCore:
                 if meta_append(&rb.meta, m.lsn, &self.ctx, b't') < 0:
                     raise MemoryError()
             if self.want_events:
-                self._ev_row(rb, m, b't', options)
-                if map_end_row(&self.ev_before, 0) < 0 or map_end_row(&self.ev_after, 0) < 0:
-                    raise MemoryError()
-                self._ev_toast_end()
+                self._ev_truncate_row(rb, m, options)
             self.ctx.seq += 1
         return 0
 
@@ -2558,7 +2897,7 @@ cdef class DecoderCore:
             if b != 78:
                 self._fail("Insert: expected 'N' before the new tuple", m, c.pos - 1)
             if self.want_events:
-                map_end_row(&self.ev_before, 0)
+                map_end_row(&self.ev.before, 0)
                 self._ev_kind(0)
             self._scan_new(m, c, rb)
         elif t == 85:
@@ -2574,7 +2913,7 @@ cdef class DecoderCore:
                 self._fail(f"Update: expected 'K', 'O' or 'N', got 0x{b:02x}", m, c.pos - 1)
             else:
                 if self.want_events:
-                    map_end_row(&self.ev_before, 0)
+                    map_end_row(&self.ev.before, 0)
                     self._ev_kind(0)
             self._scan_new(m, c, rb)
         else:
@@ -2587,7 +2926,7 @@ cdef class DecoderCore:
                 c.pos = at
                 self._scan_tuple(m, c, rb, rb.cols, 0, b, rb.meta.rows)
             if self.want_events:
-                map_end_row(&self.ev_after, 0)
+                map_end_row(&self.ev.after, 0)
         if cur_expect_end(c) < 0:
             self._fail_cursor(c)
         if self.want_tables:
@@ -2947,7 +3286,7 @@ cdef class DecoderCore:
             self._fail(f"TupleData has {ncols} columns but relation {rb.version.qualified_name} "
                        f"(relid {rb.version.relid}) has {rb.ncols}", m, at)
         if cols == NULL:
-            mb = &self.ev_before if is_old else &self.ev_after
+            mb = &self.ev.before if is_old else &self.ev.after
             if map_begin(mb) < 0:
                 raise MemoryError()
         for i in range(ncols):
@@ -2996,7 +3335,7 @@ cdef class DecoderCore:
                 if cols != NULL:
                     if col_end_row(cols[i], 0, 1) < 0:
                         raise MemoryError()
-                elif buf_append(&self.ev_toast_ids, &rb.name_ids[i], 4) < 0:
+                elif buf_append(&self.ev.toast_ids, &rb.name_ids[i], 4) < 0:
                     raise MemoryError()
             else:
                 self._fail(f"unknown TupleData column kind byte 0x{kind:02x} in column {i}", m, at)
@@ -3058,25 +3397,25 @@ cdef class DecoderCore:
         """Start an event row; trunc_options is the Truncate's option byte, or -1."""
         cdef int64_t relid = rb.relid
         cdef int32_t rid = rb.id
-        if (meta_append(&self.ev_meta, m.lsn, &self.ctx, op) < 0
-                or buf_append(&self.ev_relid, &relid, 8) < 0 or buf_append(&self.ev_rb, &rid, 4) < 0
-                or buf_append1(&self.ev_trunc, <unsigned char>(trunc_options & 0xFF)) < 0):
+        if (meta_append(&self.ev.meta, m.lsn, &self.ctx, op) < 0
+                or buf_append(&self.ev.relid, &relid, 8) < 0 or buf_append(&self.ev.rb, &rid, 4) < 0
+                or buf_append1(&self.ev.trunc, <unsigned char>(trunc_options & 0xFF)) < 0):
             raise MemoryError()
         if op == b't':
             self._ev_kind(0)
         return 0
 
     cdef inline int _ev_kind(self, uint8_t kind) except -1:
-        if buf_append(&self.ev_before_kind, &kind, 1) < 0:
+        if buf_append(&self.ev.before_kind, &kind, 1) < 0:
             raise MemoryError()
         return 0
 
     cdef int _ev_toast_end(self) except -1:
         cdef int32_t zero = 0
-        cdef int32_t end = <int32_t>(self.ev_toast_ids.len >> 2)
-        if self.ev_toast_off.len == 0 and buf_append(&self.ev_toast_off, &zero, 4) < 0:
+        cdef int32_t end = <int32_t>(self.ev.toast_ids.len >> 2)
+        if self.ev.toast_off.len == 0 and buf_append(&self.ev.toast_off, &zero, 4) < 0:
             raise MemoryError()
-        if buf_append(&self.ev_toast_off, &end, 4) < 0:
+        if buf_append(&self.ev.toast_off, &end, 4) < 0:
             raise MemoryError()
         return 0
 
@@ -3106,23 +3445,7 @@ cdef class DecoderCore:
         return 0
 
     cdef void _ev_truncate(self, Py_ssize_t rows):
-        cdef int32_t end
-        if rows > self.ev_meta.rows:
-            return
-        meta_truncate(&self.ev_meta, rows)
-        self.ev_relid.len = 8 * rows
-        self.ev_rb.len = 4 * rows
-        self.ev_before_kind.len = rows
-        self.ev_trunc.len = rows
-        map_truncate(&self.ev_before, rows)
-        map_truncate(&self.ev_after, rows)
-        if self.ev_toast_off.len >= 4 * (rows + 1):
-            memcpy(&end, self.ev_toast_off.data + 4 * rows, 4)
-            self.ev_toast_off.len = 4 * (rows + 1)
-            self.ev_toast_ids.len = 4 * end
-        else:
-            self.ev_toast_off.len = 0
-            self.ev_toast_ids.len = 0
+        ev_truncate(&self.ev, rows)
 
     # -- output --------------------------------------------------------------------
     cdef object _specials_column(self, RelBuilders rb, Py_ssize_t n):
@@ -3163,60 +3486,60 @@ cdef class DecoderCore:
         cdef Buf t_relid, t_rb, t_kind, t_trunc, t_toast_off, t_toast_ids
         cdef MapB t_before, t_after
         cdef int32_t base, end
-        if self.ev_meta.rows == n:
+        if self.ev.meta.rows == n:
             return self._export_event_rows()
         memset(&t_meta, 0, sizeof(Meta))
         memset(&t_relid, 0, sizeof(Buf)); memset(&t_rb, 0, sizeof(Buf))
         memset(&t_kind, 0, sizeof(Buf)); memset(&t_trunc, 0, sizeof(Buf))
         memset(&t_toast_off, 0, sizeof(Buf)); memset(&t_toast_ids, 0, sizeof(Buf))
         memset(&t_before, 0, sizeof(MapB)); memset(&t_after, 0, sizeof(MapB))
-        if (meta_split(&self.ev_meta, n, &t_meta) < 0
-                or buf_split(&self.ev_relid, 8 * n, &t_relid) < 0
-                or buf_split(&self.ev_rb, 4 * n, &t_rb) < 0
-                or buf_split(&self.ev_before_kind, n, &t_kind) < 0
-                or buf_split(&self.ev_trunc, n, &t_trunc) < 0
-                or map_split(&self.ev_before, n, &t_before) < 0
-                or map_split(&self.ev_after, n, &t_after) < 0
-                or offsets_split(&self.ev_toast_off, n, n + t_meta.rows, &t_toast_off, &base, &end) < 0
-                or buf_split(&self.ev_toast_ids, 4 * <Py_ssize_t>base, &t_toast_ids) < 0):
+        if (meta_split(&self.ev.meta, n, &t_meta) < 0
+                or buf_split(&self.ev.relid, 8 * n, &t_relid) < 0
+                or buf_split(&self.ev.rb, 4 * n, &t_rb) < 0
+                or buf_split(&self.ev.before_kind, n, &t_kind) < 0
+                or buf_split(&self.ev.trunc, n, &t_trunc) < 0
+                or map_split(&self.ev.before, n, &t_before) < 0
+                or map_split(&self.ev.after, n, &t_after) < 0
+                or offsets_split(&self.ev.toast_off, n, n + t_meta.rows, &t_toast_off, &base, &end) < 0
+                or buf_split(&self.ev.toast_ids, 4 * <Py_ssize_t>base, &t_toast_ids) < 0):
             meta_free(&t_meta)
             buf_free(&t_relid); buf_free(&t_rb); buf_free(&t_kind); buf_free(&t_trunc)
             buf_free(&t_toast_off); buf_free(&t_toast_ids)
             map_free(&t_before); map_free(&t_after)
             raise MemoryError()
         events = self._export_event_rows()
-        meta_free(&self.ev_meta)
-        self.ev_meta = t_meta
-        buf_free(&self.ev_relid); self.ev_relid = t_relid
-        buf_free(&self.ev_rb); self.ev_rb = t_rb
-        buf_free(&self.ev_before_kind); self.ev_before_kind = t_kind
-        buf_free(&self.ev_trunc); self.ev_trunc = t_trunc
-        buf_free(&self.ev_toast_off); self.ev_toast_off = t_toast_off
-        buf_free(&self.ev_toast_ids); self.ev_toast_ids = t_toast_ids
-        map_free(&self.ev_before); self.ev_before = t_before
-        map_free(&self.ev_after); self.ev_after = t_after
+        meta_free(&self.ev.meta)
+        self.ev.meta = t_meta
+        buf_free(&self.ev.relid); self.ev.relid = t_relid
+        buf_free(&self.ev.rb); self.ev.rb = t_rb
+        buf_free(&self.ev.before_kind); self.ev.before_kind = t_kind
+        buf_free(&self.ev.trunc); self.ev.trunc = t_trunc
+        buf_free(&self.ev.toast_off); self.ev.toast_off = t_toast_off
+        buf_free(&self.ev.toast_ids); self.ev.toast_ids = t_toast_ids
+        map_free(&self.ev.before); self.ev.before = t_before
+        map_free(&self.ev.after); self.ev.after = t_after
         return events
 
     cdef object _export_event_rows(self):
         cdef Py_ssize_t n = self.ev_committed
-        meta = meta_export(&self.ev_meta, self.origins, "")
-        rb_ids = pa.array(_np_from_buf(&self.ev_rb, np.int32, n))
+        meta = meta_export(&self.ev.meta, self.origins, "")
+        rb_ids = pa.array(_np_from_buf(&self.ev.rb, np.int32, n))
         schemas = pa.array([rb.version.schema for rb in self.rb_all], pa.string()).take(rb_ids)
         tables = pa.array([rb.version.relname for rb in self.rb_all], pa.string()).take(rb_ids)
-        relid = pa.array(_np_from_buf(&self.ev_relid, np.int64, n), pa.int64())
-        kinds = _np_from_buf(&self.ev_before_kind, np.uint8, n)
+        relid = pa.array(_np_from_buf(&self.ev.relid, np.int64, n), pa.int64())
+        kinds = _np_from_buf(&self.ev.before_kind, np.uint8, n)
         kind_idx = np.where(kinds == 75, 0, np.where(kinds == 79, 1, -1)).astype(np.int32)
         before_kind = pa.array(["K", "O"], pa.string()).take(pa.array(kind_idx, mask=(kind_idx < 0)))
-        before = map_export(&self.ev_before, self.names)
-        after = map_export(&self.ev_after, self.names)
-        if self.ev_toast_off.len == 0:
+        before = map_export(&self.ev.before, self.names)
+        after = map_export(&self.ev.after, self.names)
+        if self.ev.toast_off.len == 0:
             toast_off = np.zeros(n + 1, np.int32)
         else:
-            toast_off = _np_from_buf(&self.ev_toast_off, np.int32, n + 1)
+            toast_off = _np_from_buf(&self.ev.toast_off, np.int32, n + 1)
         nt = int(toast_off[n]) if n else 0
-        toast_names = pa.array(self.names, pa.string()).take(pa.array(_np_from_buf(&self.ev_toast_ids, np.int32, nt)))
+        toast_names = pa.array(self.names, pa.string()).take(pa.array(_np_from_buf(&self.ev.toast_ids, np.int32, nt)))
         toast = pa.ListArray.from_arrays(pa.array(toast_off), toast_names)
-        trunc = _np_from_buf(&self.ev_trunc, np.uint8, n)
+        trunc = _np_from_buf(&self.ev.trunc, np.uint8, n)
         self.ev_committed = 0
         cols = {
             "lsn": meta["lsn"], "commit_lsn": meta["commit_lsn"], "commit_ts": meta["commit_ts"],
@@ -3226,6 +3549,15 @@ cdef class DecoderCore:
             "truncate_options": _truncate_options(trunc),
         }
         return pa.Table.from_pydict(cols, schema=EVENT_SCHEMA)
+
+    def _event_rows_held(self):
+        """{top-level xid or GID: bytes of the event rows its spool holds, or None once
+        they were dropped} (tests: the bound of _side_check)."""
+        cdef Spool sp
+        out = {}
+        for key, sp in list(self.streams.items()) + list(self.prepared.items()):
+            out[key] = ev_nbytes(&sp.ev) if sp.ev_side else None
+        return out
 
     def pending_summary(self):
         """What is held back: open streams and prepared transactions, the open B..C."""

@@ -618,7 +618,8 @@ def test_generated_stream_parity_split(stream, data):
     cuts = data.draw(st.lists(st.integers(1, max(1, len(msgs) - 1)), max_size=5, unique=True)) if len(msgs) > 1 else []
     cuts = allowed_cuts(msgs, cuts)
     options = data.draw(st.sampled_from([{}, {"events": False}, {"tables": False},
-                                         {"binary_unknown": True}, {"max_pending_bytes": 40}]))
+                                         {"binary_unknown": True}, {"max_pending_bytes": 40},
+                                         {"max_pending_bytes": 600}, {"max_pending_bytes": 600, "tables": False}]))
     feed_both(list(zip(split(msgs, cuts), split(lsns, cuts))), as_arrow=data.draw(st.booleans()), **options)
 
 
@@ -1253,3 +1254,90 @@ def test_column_pass_kind_byte_zero_in_an_otherwise_null_column(wrap, bad_row):
             make_decoder(native, events=events, tables=not events).feed(
                 pa.array(msgs, pa.binary()), lsns)
         assert err.value.message_index == index
+
+
+# -- streamed and prepared transactions: event rows written on arrival ---------------------
+
+def _streamed_event_rows_stream():
+    """Two streamed transactions interleaved with each other and with plain ones, and a
+    prepared one. Inside them: every tuple shape the event table takes (inserts,
+    updates with 'O' and 'K' old images and unchanged TOAST, deletes, nulls, binary
+    values), a Truncate, an Origin, transactional messages, a Relation redefined,
+    subtransaction aborts that cut rows back across stream blocks, a Stream Prepare."""
+    R, S = 16384, 16390
+    X, Y, Z = 700, 800, 900
+    rel_a = Relation(R, "public", "a", "f", (RelationColumn(1, "id", 23, -1), RelationColumn(0, "note", 25, -1),
+                                             RelationColumn(0, "q", 20, -1)))
+    rel_a2 = rel_a._replace(columns=rel_a.columns + (RelationColumn(0, "f", 701, -1),))
+    rel_b = Relation(S, "s", "b", "d", (RelationColumn(1, "k", 25, -1), RelationColumn(0, "v", 20, -1)))
+    t = lambda v: Value("t", str(v).encode())
+    i4 = lambda v: Value("b", struct.pack(">i", v))
+    i8 = lambda v: Value("b", struct.pack(">q", v))
+
+    def rows(xid, base, n):
+        out = []
+        for i in range(base, base + n):
+            k = i % 5
+            if k == 0:
+                out.append(Insert(R, (t(i), t("n" * (i % 40)), None), xid))
+            elif k == 1:
+                out.append(Insert(R, (i4(i), Value("b", b"bin-%d" % i), i8(-i)), xid))
+            elif k == 2:
+                out.append(Update(R, "O", (t(i), t("old"), None), (t(i), UNCHANGED_TOAST, t(i * 3)), xid))
+            elif k == 3:
+                out.append(Update(R, "K", (t(i), None, None), (t(i), t("new"), UNCHANGED_TOAST), xid))
+            else:
+                out.append(Delete(R, "O", (t(i), None, t(7)), xid))
+        return out
+
+    msgs = [rel_a, rel_b,
+            StreamStart(X, 1), rel_a, *rows(X, 0, 30), StreamStop(),
+            Begin(1000, 5, 10), Insert(S, (t("p1"), t(1))), Commit(0, 1000, 1008, 5),
+            StreamStart(Y, 1), Origin(0, "up"), *rows(Y, 100, 12), Truncate(1, (R, S), Y),
+            LogicalMessage(1, 1100, "y", b"msg", Y), StreamStop(),
+            StreamStart(X, 0), *rows(X + 1, 200, 25), *rows(X + 2, 300, 8), StreamStop(),
+            StreamAbort(X, X + 2),                          # the last 8 go
+            StreamStart(X, 0), *rows(X, 400, 10), rel_a2,
+            Insert(R, (t(500), t("x"), t(1), t("NaN")), X), *rows(X + 3, 501, 1), StreamStop(),
+            StreamStart(Y, 0), *rows(Y + 1, 600, 20), StreamStop(),
+            StreamAbort(Y, Y + 1),                          # a whole block's worth
+            BeginPrepare(2000, 2008, 50, Z, "g1"), *rows(None, 700, 15),
+            Truncate(2, (S,)), Prepare(0, 2000, 2008, 50, Z, "g1"),
+            StreamCommit(Y, 0, 3000, 3008, 77),
+            Begin(3100, 5, 11), Insert(S, (t("p2"), None)), Commit(0, 3100, 3108, 5),
+            StreamStart(X, 0), *rows(X, 800, 6), StreamStop(),
+            StreamPrepare(0, 4000, 4008, 88, X, "gx"),
+            CommitPrepared(0, 5000, 5008, 99, X, "gx"),
+            CommitPrepared(0, 6000, 6008, 111, Z, "g1")]
+    raw = [encode_message(m) for m in msgs]
+    return raw, list(range(10_000, 10_000 + len(raw)))
+
+
+@pytest.mark.parametrize("limit", [0, 1500, 6000, 1 << 30])
+@pytest.mark.parametrize("options", [{}, {"tables": False}], ids=["both", "events_only"])
+@pytest.mark.parametrize("step", [1, 7, 1000])
+def test_streamed_event_rows_kept_on_arrival(limit, options, step, tmp_path):
+    """The native core keeps a streamed or prepared transaction's event rows from
+    their check on arrival and appends them at the commit; past max_pending_bytes it
+    drops them and decodes the spool again. Either way: the same ChangeSets as the
+    reference after every feed, and what it holds stays within the limit."""
+    msgs, lsns = _streamed_event_rows_stream()
+    decs = {name: make_decoder(impl, max_pending_bytes=limit, spill_dir=str(tmp_path), **options)
+            for name, impl in IMPLS.items()}
+    held_sizes = []
+    for k in range(0, len(msgs), step):
+        results = [run_feed(dec, pa.array(msgs[k:k + step], pa.binary()), lsns[k:k + step])
+                   for dec in decs.values()]
+        assert_results_equal(*results, what=f"feed at {k}")
+        assert_pending_equal(decs, f"feed at {k}")
+        held = decs["native"]._core._event_rows_held()
+        for key, nbytes in held.items():
+            assert nbytes is None or nbytes <= limit, (k, key, nbytes)
+        held_sizes += held.values()
+    if limit == 0:
+        assert all(not n for n in held_sizes) and None in held_sizes
+    if limit == 1 << 30 and step == 1:
+        assert held_sizes and all(n is not None for n in held_sizes)
+    if limit == 1500 and step == 1:
+        # kept for a while, then dropped once past the limit
+        assert any(n is not None and n > 0 for n in held_sizes) and None in held_sizes
