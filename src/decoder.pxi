@@ -62,6 +62,7 @@ cdef enum RecKind:
 # every REC_DML record is a plain I/U/D with its relid at byte 1, as _fast_run reads it.
 DEF REC_HEAD = 18
 DEF SPOOL_RUN_ROWS = 4096         # changes checked by one dry-run write (then undone)
+DEF EV_SPARE_MAX = 64 << 20       # an emptied spool EvStore up to this size is kept for the next
 
 
 cdef struct MsgRef:
@@ -402,12 +403,87 @@ cdef void map_free(MapB *mb) noexcept nogil:
 cdef object MAP_TYPE = pa.map_(pa.string(), pa.string())
 
 
+cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
+    """pa.string() array of values[ids[i]] for i < n (null where ids[i] < 0), written
+    here: a short name is one 8-byte store, where pyarrow's take checks bounds and runs
+    a kernel (it was about a tenth of a change-event table's decode)."""
+    cdef Py_ssize_t nv = len(values), i, total = 0, nulls = 0
+    cdef int32_t k, ln, end = 0
+    cdef Buf starts, offs, data, valid
+    cdef const int32_t *st
+    cdef const char *src
+    cdef unsigned char *d
+    cdef unsigned char *o
+    memset(&starts, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
+    memset(&data, 0, sizeof(Buf)); memset(&valid, 0, sizeof(Buf))
+    encoded = [v.encode("utf-8") for v in values]
+    blob = b"".join(encoded) + bytes(8)          # (8-byte loads past the last name)
+    src = PyBytes_AS_STRING(blob)
+    try:
+        if buf_reserve(&starts, 4 * (nv + 1)) < 0:
+            raise MemoryError()
+        for k in range(nv):
+            memcpy(starts.data + 4 * k, &end, 4)
+            end += <int32_t>len(encoded[k])
+        memcpy(starts.data + 4 * nv, &end, 4)
+        st = <const int32_t *>starts.data
+        for i in range(n):
+            k = ids[i]
+            if k < 0:
+                nulls += 1
+            elif k >= nv:
+                raise ValueError(f"name id {k} out of range ({nv} names)")
+            else:
+                total += st[k + 1] - st[k]
+        if total > 0x7FFFFFFF:
+            raise DecodeError("the change-event table holds more than 2 GiB of names in one "
+                              "batch; feed smaller batches", None, None)
+        if (buf_reserve(&offs, 4 * (n + 1)) < 0 or buf_reserve(&data, total + 8) < 0
+                or (nulls and buf_reserve(&valid, (n + 7) >> 3) < 0)):
+            raise MemoryError()
+        if nulls:
+            memset(valid.data, 0, <size_t>((n + 7) >> 3))
+        o = offs.data
+        d = data.data
+        end = 0
+        memcpy(o, &end, 4)
+        for i in range(n):
+            k = ids[i]
+            if k >= 0:
+                ln = st[k + 1] - st[k]
+                if ln <= 8:
+                    memcpy(d + end, src + st[k], 8)
+                else:
+                    memcpy(d + end, src + st[k], <size_t>ln)
+                end += ln
+                if nulls:
+                    valid.data[i >> 3] |= <unsigned char>(1 << (i & 7))
+            memcpy(o + 4 * (i + 1), &end, 4)
+        offs.len = 4 * (n + 1)
+        data.len = end
+        valid.len = (n + 7) >> 3 if nulls else 0
+        return pa.Array.from_buffers(pa.string(), n, [_take_buf(&valid, valid.len) if nulls else None,
+                                                      _take_buf(&offs, offs.len), _take_buf(&data, end)],
+                                     nulls)
+    finally:
+        buf_free(&starts); buf_free(&offs); buf_free(&data); buf_free(&valid)
+
+
+cdef object _strings_by_id_np(list values, object ids):
+    """_strings_by_id over an int32 numpy array."""
+    cdef const int32_t[::1] v = np.ascontiguousarray(ids, np.int32)
+    if v.shape[0] == 0:
+        return pa.array([], pa.string())
+    return _strings_by_id(values, &v[0], v.shape[0])
+
+
 cdef object map_export(MapB *mb, object names):
     cdef Py_ssize_t n = mb.rows
     cdef Py_ssize_t nentries = mb.key_ids.len >> 2
     if map_begin(mb) < 0:
         raise MemoryError()
-    keys = pa.array(names, pa.string()).take(pa.array(_np_from_buf(&mb.key_ids, np.int32, nentries)))
+    keys = _strings_by_id(names, <const int32_t *>mb.key_ids.data, nentries)
+    mb.key_ids.len = 0
     values = col_export(mb.values, pa.string())
     entries = pa.StructArray.from_arrays([keys, values], fields=[MAP_TYPE.key_field, MAP_TYPE.item_field])
     valid = np.unpackbits(np.frombuffer(_take_buf(&mb.valid, (n + 7) >> 3), np.uint8),
@@ -451,6 +527,22 @@ cdef Py_ssize_t ev_nbytes(const EvStore *e) noexcept nogil:
                          + e.relid.len + e.rb.len + e.before_kind.len + e.trunc.len
                          + e.toast_off.len + e.toast_ids.len)
     return n + map_nbytes(&e.before) + map_nbytes(&e.after)
+
+
+cdef Py_ssize_t ev_capacity(const EvStore *e) noexcept nogil:
+    """Bytes the buffers hold allocated (kept by an emptied EvStore)."""
+    cdef Py_ssize_t n = (e.meta.lsn.cap + e.meta.commit_lsn.cap + e.meta.commit_ts.cap
+                         + e.meta.xid.cap + e.meta.seq.cap + e.meta.op.cap + e.meta.origin.cap
+                         + e.relid.cap + e.rb.cap + e.before_kind.cap + e.trunc.cap
+                         + e.toast_off.cap + e.toast_ids.cap)
+    return n + map_capacity(&e.before) + map_capacity(&e.after)
+
+
+cdef Py_ssize_t map_capacity(const MapB *mb) noexcept nogil:
+    cdef Py_ssize_t n = mb.offsets.cap + mb.valid.cap + mb.key_ids.cap
+    if mb.values != NULL:
+        n += mb.values.data.cap + mb.values.offsets.cap + mb.values.validity.cap
+    return n
 
 
 cdef Py_ssize_t map_nbytes(const MapB *mb) noexcept nogil:
@@ -1654,6 +1746,54 @@ cdef Py_ssize_t cp_rows(const MsgRef *refs, Py_ssize_t nrows, int ncols, Py_ssiz
     return nrows
 
 
+cdef int ev_map_row(MapB *mb, const unsigned char **vp, const int32_t *vn, const uint8_t *ckind,
+                    Py_ssize_t stride, int ncols, const int32_t *name_ids,
+                    const unsigned char *is_key, bint key_only, const int32_t *ctype) noexcept nogil:
+    """One row of a change-event map from the row pass's values (vp/vn[column * stride],
+    ckind per column), with exactly the entries _scan_tuple writes: 0 written (the row
+    ended); 1 a value this loop leaves to the row-wise scan (a high-bit "char", text
+    that is not UTF-8, a binary value the formatter rejects, 2 GiB of values), which
+    then writes the row or reports it; -1 no memory. On 1 and -1 the row is left begun:
+    map_truncate drops its entries."""
+    cdef Column *vals
+    cdef int c, rc
+    cdef int32_t n
+    cdef const unsigned char *p
+    cdef const char *why = NULL
+    if map_begin(mb) < 0 or buf_reserve(&mb.key_ids, 4 * ncols) < 0:
+        return -1
+    vals = mb.values
+    for c in range(ncols):
+        if key_only and not is_key[c]:
+            continue                             # 'K' image: not part of the key
+        memcpy(mb.key_ids.data + mb.key_ids.len, &name_ids[c], 4)
+        mb.key_ids.len += 4
+        n = vn[c * stride]
+        if n < 0:
+            if col_end_row(vals, 0, 0) < 0:
+                return -1
+            continue
+        p = vp[c * stride]
+        if ckind[c] == 116:                      # 't': the text as sent, once checked
+            if vals.data.cap - vals.data.len < n and buf_reserve(&vals.data, n) < 0:
+                return -1
+            if not copy_ascii(vals.data.data + vals.data.len, p, n):
+                if (n == 1 and ctype[4 * c] == K_CHAR) or utf8_invalid_at(p, n) >= 0:
+                    return 1
+            vals.data.len += n
+        elif fmt_binary_as_text(ctype[4 * c], ctype[4 * c + 1], ctype[4 * c + 2], ctype[4 * c + 3],
+                                p, n, &vals.data, &why) < 0:
+            return 1
+        rc = col_end_valid(vals)
+        if rc == -2:
+            return 1
+        if rc < 0:
+            return -1
+    if map_end_row(mb, 1) < 0:
+        return -1
+    return 0
+
+
 cdef inline int cp_validity_room(Column *col, Py_ssize_t rows) noexcept nogil:
     """Room in a materialised validity bitmap for `rows` more rows."""
     cdef Py_ssize_t need = ((col.length + rows + 7) >> 3) - col.validity.len
@@ -2185,9 +2325,12 @@ cdef class DecoderCore:
             self.txn_rel_log = []
         try:
             while i < nrefs:
-                if (self.state == ST_TXN and not self.txn_spooled and self.want_tables
-                        and not self.want_events and self.last_rb is not None):
-                    self._fast_run(refs, &i, nrefs, self.last_rb, 0)
+                if (self.state == ST_TXN and not self.txn_spooled and self.last_rb is not None
+                        and self.want_tables != self.want_events):
+                    if self.want_tables:
+                        self._fast_run(refs, &i, nrefs, self.last_rb, 0)
+                    else:
+                        self._ev_fast_run(refs, &i, nrefs, self.last_rb, 0)
                     if i >= nrefs:
                         break
                 elif self.state != ST_NONE and (self.state != ST_TXN or self.txn_spooled):
@@ -2494,9 +2637,12 @@ cdef class DecoderCore:
                               "batch; feed smaller batches", None, mtype)
         if rc < 0:
             raise MemoryError()
-        ev_truncate(&sp.ev, 0)                 # its memory serves the next spool
         ev_free(&self.ev_spare)
-        self.ev_spare = sp.ev
+        if ev_capacity(&sp.ev) <= EV_SPARE_MAX:
+            ev_truncate(&sp.ev, 0)             # its memory serves the next spool
+            self.ev_spare = sp.ev
+        else:
+            ev_free(&sp.ev)
         memset(&sp.ev, 0, sizeof(EvStore))
         sp.ev_side = False
         self.want_events = False
@@ -2581,8 +2727,11 @@ cdef class DecoderCore:
         self.run_refs.len = 0
         rb = <RelBuilders>self.rb_all[rb_id]
         while i < n:
-            if self.want_tables and not self.want_events:
-                self._fast_run(refs, &i, n, rb, 0)
+            if self.want_tables != self.want_events:
+                if self.want_tables:
+                    self._fast_run(refs, &i, n, rb, 0)
+                else:
+                    self._ev_fast_run(refs, &i, n, rb, 0)
                 if i >= n:
                     break
             cur_init(&c, refs[i].p, refs[i].n)
@@ -2697,6 +2846,10 @@ cdef class DecoderCore:
             while k < j:
                 if typed_only:
                     self._fast_run(refs, &k, j, rb, xo)
+                    if k >= j:
+                        break
+                elif self.want_events and not self.want_tables:
+                    self._ev_fast_run(refs, &k, j, rb, xo)
                     if k >= j:
                         break
                 m = &refs[k]
@@ -3038,6 +3191,160 @@ cdef class DecoderCore:
                 i += 1
         index[0] = i
         return 0
+
+    cdef int _ev_fast_run(self, const MsgRef *refs, Py_ssize_t *index, Py_ssize_t nrefs,
+                          RelBuilders rb, int xo) except -1:
+        """The change-event table's _fast_run (events only, no typed tables): the run of
+        changes of rb's relation from refs[*index] in blocks of one shape (BLOCK_*, as
+        _fast_run forms them), each through the row pass and _ev_block. *index ends at
+        the first message not written, which the caller dispatches as usual (it writes
+        it row-wise, or reports what is wrong with it)."""
+        cdef uint32_t relid = rb.relid
+        cdef int ncols = rb.ncols
+        cdef Py_ssize_t i = index[0], j, k, nbytes
+        cdef const MsgRef *m
+        cdef const unsigned char *p
+        cdef uint8_t t
+        cdef int olds
+        if ncols == 0:
+            return 0
+        while i < nrefs:
+            j = i
+            nbytes = 0
+            olds = BLOCK_NEW
+            if refs[i].n >= 8 + xo and refs[i].p[0] == 68:
+                olds = BLOCK_DELETES
+            elif (refs[i].n >= 8 + xo and refs[i].p[0] == 85
+                  and (refs[i].p[5 + xo] == 75 or refs[i].p[5 + xo] == 79)):
+                olds = BLOCK_UPDATES_OLD
+            while j < nrefs and j - i < FAST_BLOCK_ROWS:
+                m = &refs[j]
+                p = m.p
+                if m.n < 8 + xo or (j > i and nbytes + m.n > FAST_BLOCK_BYTES):
+                    break
+                t = p[0]
+                if olds == BLOCK_DELETES:
+                    if t != 68 or (p[5 + xo] != 75 and p[5 + xo] != 79):
+                        break
+                elif olds == BLOCK_UPDATES_OLD:
+                    if t != 85 or (p[5 + xo] != 75 and p[5 + xo] != 79):
+                        break
+                elif (t != 73 and t != 85) or p[5 + xo] != 78:
+                    break
+                if pgo_be32(p + 1 + xo) != relid or pgo_be16s(p + 6 + xo) != ncols:
+                    break
+                nbytes += m.n
+                j += 1
+            if j == i:
+                break
+            if not rb.dirty:
+                self._touch(rb)
+            k = self._ev_block(refs, i, j, rb, olds, xo)
+            if k < j:
+                i = k
+                break
+            i = j
+        index[0] = i
+        return 0
+
+    cdef Py_ssize_t _ev_block(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
+                              RelBuilders rb, int olds, int xo) except -1:
+        """The rows i..j of an _ev_fast_run block into the change-event table: the row
+        pass (cp_rows) finds the values, ev_map_row writes each row's maps, then the
+        rows' metadata a column at a time. Returns the first row not written."""
+        cdef EvStore *e = &self.ev
+        cdef bint two = olds == BLOCK_UPDATES_OLD
+        cdef int ncols = rb.ncols
+        cdef Py_ssize_t stride = CP_VALUES // ncols
+        cdef Py_ssize_t rows, got, done, base, r
+        cdef const unsigned char **vp
+        cdef int32_t *vn
+        cdef uint8_t *ckind
+        cdef const unsigned char **vp2
+        cdef int32_t *vn2
+        cdef uint8_t *ckind2
+        cdef int rc
+        cdef int32_t end, zero = 0
+        cdef int64_t relid = rb.relid
+        cdef int32_t rid = rb.id
+        cdef char op = b'd' if olds == BLOCK_DELETES else b'u' if olds == BLOCK_UPDATES_OLD else 0
+        if stride < 1:
+            stride = 1
+        if self.cp_scratch.cap < 2 * (stride * ncols * 12 + ncols):
+            self.cp_scratch.len = 0
+            if buf_reserve(&self.cp_scratch, 2 * (stride * ncols * 12 + ncols)) < 0:
+                raise MemoryError()
+        vp = <const unsigned char **>self.cp_scratch.data
+        vp2 = <const unsigned char **>(self.cp_scratch.data + 8 * stride * ncols)
+        vn = <int32_t *>(self.cp_scratch.data + 16 * stride * ncols)
+        vn2 = <int32_t *>(self.cp_scratch.data + 20 * stride * ncols)
+        ckind = <uint8_t *>(self.cp_scratch.data + 24 * stride * ncols)
+        ckind2 = <uint8_t *>(self.cp_scratch.data + 24 * stride * ncols + ncols)
+        if not two:                  # the tuple is the row's only image
+            vp2 = vp
+            vn2 = vn
+            ckind2 = ckind
+        while i < j:
+            rows = j - i
+            if rows > stride:
+                rows = stride
+            memset(ckind, 0, <size_t>ncols)
+            if two:
+                memset(ckind2, 0, <size_t>ncols)
+            got = cp_rows(refs + i, rows, ncols, stride, vp, vn, ckind, vp2, vn2, ckind2, two, xo)
+            if got == 0:
+                return i
+            base = e.meta.rows
+            done = 0
+            rc = 0
+            while done < got:
+                r = done
+                if olds != BLOCK_NEW:       # the old image: 'K' (key columns) or 'O'
+                    rc = ev_map_row(&e.before, vp + r, vn + r, ckind, stride, ncols, rb.name_ids,
+                                    rb.is_key, refs[i + r].p[5 + xo] == 75, rb.ctype)
+                elif map_end_row(&e.before, 0) < 0:
+                    rc = -1
+                if rc != 0:
+                    break
+                if olds == BLOCK_DELETES:
+                    if map_end_row(&e.after, 0) < 0:
+                        rc = -1
+                else:
+                    rc = ev_map_row(&e.after, vp2 + r, vn2 + r, ckind2, stride, ncols, rb.name_ids,
+                                    rb.is_key, False, rb.ctype)
+                if rc != 0:
+                    break
+                done += 1
+            if rc != 0:
+                map_truncate(&e.before, base + done)
+                map_truncate(&e.after, base + done)
+                if rc < 0:
+                    raise MemoryError()
+            if done:
+                if (meta_reserve(&e.meta, done) < 0 or buf_reserve(&e.relid, 8 * done) < 0
+                        or buf_reserve(&e.rb, 4 * done) < 0 or buf_reserve(&e.before_kind, done) < 0
+                        or buf_reserve(&e.trunc, done) < 0 or buf_reserve(&e.toast_off, 4 * (done + 1)) < 0):
+                    raise MemoryError()
+                meta_put_run(&e.meta, refs + i, done, &self.ctx, op)
+                end = <int32_t>(e.toast_ids.len >> 2)
+                if e.toast_off.len == 0:
+                    memcpy(e.toast_off.data, &zero, 4)
+                    e.toast_off.len = 4
+                for r in range(done):
+                    memcpy(e.relid.data + e.relid.len + 8 * r, &relid, 8)
+                    memcpy(e.rb.data + e.rb.len + 4 * r, &rid, 4)
+                    e.before_kind.data[e.before_kind.len + r] = refs[i + r].p[5 + xo] if olds != BLOCK_NEW else 0
+                    e.trunc.data[e.trunc.len + r] = 0xFF
+                    memcpy(e.toast_off.data + e.toast_off.len + 4 * r, &end, 4)
+                e.relid.len += 8 * done
+                e.rb.len += 4 * done
+                e.before_kind.len += done
+                e.trunc.len += done
+                e.toast_off.len += 4 * done
+            i += done
+            if done < rows:
+                return i
+        return i
 
     cdef Py_ssize_t _column_block(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
                                   RelBuilders rb, int olds, int xo) except -1:
@@ -3523,13 +3830,13 @@ cdef class DecoderCore:
     cdef object _export_event_rows(self):
         cdef Py_ssize_t n = self.ev_committed
         meta = meta_export(&self.ev.meta, self.origins, "")
-        rb_ids = pa.array(_np_from_buf(&self.ev.rb, np.int32, n))
-        schemas = pa.array([rb.version.schema for rb in self.rb_all], pa.string()).take(rb_ids)
-        tables = pa.array([rb.version.relname for rb in self.rb_all], pa.string()).take(rb_ids)
+        rb_ids = _np_from_buf(&self.ev.rb, np.int32, n)
+        schemas = _strings_by_id_np([rb.version.schema for rb in self.rb_all], rb_ids)
+        tables = _strings_by_id_np([rb.version.relname for rb in self.rb_all], rb_ids)
         relid = pa.array(_np_from_buf(&self.ev.relid, np.int64, n), pa.int64())
         kinds = _np_from_buf(&self.ev.before_kind, np.uint8, n)
         kind_idx = np.where(kinds == 75, 0, np.where(kinds == 79, 1, -1)).astype(np.int32)
-        before_kind = pa.array(["K", "O"], pa.string()).take(pa.array(kind_idx, mask=(kind_idx < 0)))
+        before_kind = _strings_by_id_np(["K", "O"], kind_idx)
         before = map_export(&self.ev.before, self.names)
         after = map_export(&self.ev.after, self.names)
         if self.ev.toast_off.len == 0:
@@ -3537,7 +3844,7 @@ cdef class DecoderCore:
         else:
             toast_off = _np_from_buf(&self.ev.toast_off, np.int32, n + 1)
         nt = int(toast_off[n]) if n else 0
-        toast_names = pa.array(self.names, pa.string()).take(pa.array(_np_from_buf(&self.ev.toast_ids, np.int32, nt)))
+        toast_names = _strings_by_id_np(self.names, _np_from_buf(&self.ev.toast_ids, np.int32, nt))
         toast = pa.ListArray.from_arrays(pa.array(toast_off), toast_names)
         trunc = _np_from_buf(&self.ev.trunc, np.uint8, n)
         self.ev_committed = 0

@@ -1066,6 +1066,24 @@ def test_spooled_event_runs_stop_mid_block(binary, breaker, deletes, wrap):
     _column_pass_case(binary, breaker, 1023, deletes, wrap, events=True)
 
 
+_EVENT_BREAKERS = _BREAKERS + ["non_ascii", "bad_utf8"]
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+@pytest.mark.parametrize("breaker", _EVENT_BREAKERS)
+@pytest.mark.parametrize("at", [0, 1023, 1500])
+@pytest.mark.parametrize("deletes", [None, "mixed", "keys", "upd_old"],
+                         ids=["ins_upd", "del", "del_keys", "upd_old"])
+def test_event_blocks_stop_mid_block(binary, breaker, at, deletes):
+    """A decoder of the change-event table alone writes runs of one relation's changes
+    in blocks: the row pass finds the values, then each row's maps are written from
+    them and the rows' metadata a column at a time. Whatever stops a block (the
+    breakers of the typed column pass, and non-ASCII or invalid UTF-8 text), at whatever
+    row: the same events, or the same error at the same message, as the reference
+    decoder; fed whole and in two batches cut inside the run."""
+    _column_pass_case(binary, breaker, at, deletes, None, events=True)
+
+
 def _column_pass_case(binary, breaker, at, deletes, wrap, events=False):
     """The native core stores a run's block column by column after a row pass; a row
     that either pass does not take (a value the parser rejects, a value out of the
@@ -1145,6 +1163,11 @@ def _column_pass_case(binary, breaker, at, deletes, wrap, events=False):
             elif breaker == "first_null":
                 new[3] = None
                 row[3] = None
+            elif breaker == "non_ascii":          # (valid UTF-8: stored as sent)
+                row[2] = "vé-€-𝄞"
+                new[2] = enc(row[2], 25)
+            elif breaker == "bad_utf8":
+                new[2] = Value("b" if binary else "t", b"v\xff\xfe")
             make = make_msg(new)
             if breaker == "short_tuple":
                 raw = encode_message(make)[:-3]
@@ -1173,6 +1196,16 @@ def _column_pass_case(binary, breaker, at, deletes, wrap, events=False):
 
     if events:
         feed_both([(msgs, lsns)], events=True, tables=False)
+        if broken in ("non_ascii", "first_null", "special", "toast") and deletes is None:
+            # the events hold what was encoded (the reference agrees: feed_both)
+            after = make_decoder(native, tables=False).feed(pa.array(msgs, pa.binary()), lsns).events
+            after = after.column("after").to_pylist()
+            assert len(after) == len(expected)
+            got = dict(after[at])
+            if breaker == "toast":
+                assert "s" not in got
+            else:
+                assert got["s"] == expected[at][2] and got["i4"] == str(expected[at][0])
         cut = row_index[700]
         feed_both([(msgs[:cut], lsns[:cut]), (msgs[cut:], lsns[cut:])], events=True, tables=False)
         return
@@ -1180,7 +1213,7 @@ def _column_pass_case(binary, breaker, at, deletes, wrap, events=False):
     if wrap:
         cut = row_index[700]
         feed_both([(msgs[:cut], lsns[:cut]), (msgs[cut:], lsns[cut:])], events=False)
-    if breaker in ("bad_value", "bad_float", "bad_numeric", "out_of_range", "short_tuple") or (
+    if breaker in ("bad_value", "bad_float", "bad_numeric", "out_of_range", "short_tuple", "bad_utf8") or (
             deletes in ("mixed", "keys") and breaker == "toast"):
         with pytest.raises(DecodeError) as err:
             make_decoder(native, events=False).feed(pa.array(msgs, pa.binary()), lsns)
