@@ -1757,7 +1757,7 @@ cdef int ev_map_row(MapB *mb, const unsigned char **vp, const int32_t *vn, const
     map_truncate drops its entries."""
     cdef Column *vals
     cdef int c, rc
-    cdef int32_t n
+    cdef int32_t n, k
     cdef const unsigned char *p
     cdef const char *why = NULL
     if map_begin(mb) < 0 or buf_reserve(&mb.key_ids, 4 * ncols) < 0:
@@ -1774,11 +1774,13 @@ cdef int ev_map_row(MapB *mb, const unsigned char **vp, const int32_t *vn, const
                 return -1
             continue
         p = vp[c * stride]
-        if ckind[c] == 116:                      # 't': the text as sent, once checked
+        k = ctype[4 * c]
+        if ckind[c] == 116 or k == K_TEXT or k == K_BPCHAR or k == K_JSON:
+            # the text as sent, once checked (a text-like type's binary form is its text)
             if vals.data.cap - vals.data.len < n and buf_reserve(&vals.data, n) < 0:
                 return -1
             if not copy_ascii(vals.data.data + vals.data.len, p, n):
-                if (n == 1 and ctype[4 * c] == K_CHAR) or utf8_invalid_at(p, n) >= 0:
+                if k == K_CHAR or utf8_invalid_at(p, n) >= 0:
                     return 1
             vals.data.len += n
         elif fmt_binary_as_text(ctype[4 * c], ctype[4 * c + 1], ctype[4 * c + 2], ctype[4 * c + 3],
