@@ -2328,11 +2328,8 @@ cdef class DecoderCore:
         try:
             while i < nrefs:
                 if (self.state == ST_TXN and not self.txn_spooled and self.last_rb is not None
-                        and self.want_tables != self.want_events):
-                    if self.want_tables:
-                        self._fast_run(refs, &i, nrefs, self.last_rb, 0)
-                    else:
-                        self._ev_fast_run(refs, &i, nrefs, self.last_rb, 0)
+                        and (self.want_tables or self.want_events)):
+                    self._run_fast(refs, &i, nrefs, self.last_rb, 0)
                     if i >= nrefs:
                         break
                 elif self.state != ST_NONE and (self.state != ST_TXN or self.txn_spooled):
@@ -2729,11 +2726,8 @@ cdef class DecoderCore:
         self.run_refs.len = 0
         rb = <RelBuilders>self.rb_all[rb_id]
         while i < n:
-            if self.want_tables != self.want_events:
-                if self.want_tables:
-                    self._fast_run(refs, &i, n, rb, 0)
-                else:
-                    self._ev_fast_run(refs, &i, n, rb, 0)
+            if self.want_tables or self.want_events:
+                self._run_fast(refs, &i, n, rb, 0)
                 if i >= n:
                     break
             cur_init(&c, refs[i].p, refs[i].n)
@@ -2815,7 +2809,6 @@ cdef class DecoderCore:
         cdef Cursor c
         cdef int64_t seq
         cdef bint was_dirty
-        cdef bint typed_only = self.want_tables and not self.want_events
         if m.n < 8 + xo or (m.p[0] != 73 and m.p[0] != 85 and m.p[0] != 68):
             return 0
         relid = pgo_be32(m.p + 1 + xo)
@@ -2846,14 +2839,9 @@ cdef class DecoderCore:
         k = i
         try:
             while k < j:
-                if typed_only:
-                    self._fast_run(refs, &k, j, rb, xo)
-                    if k >= j:
-                        break
-                elif self.want_events and not self.want_tables:
-                    self._ev_fast_run(refs, &k, j, rb, xo)
-                    if k >= j:
-                        break
+                self._run_fast(refs, &k, j, rb, xo)
+                if k >= j:
+                    break
                 m = &refs[k]
                 cur_init(&c, m.p, m.n)
                 c.pos = 1 + xo
@@ -3192,6 +3180,32 @@ cdef class DecoderCore:
                 ctx.seq += 1
                 i += 1
         index[0] = i
+        return 0
+
+    cdef int _run_fast(self, const MsgRef *refs, Py_ssize_t *index, Py_ssize_t nrefs,
+                       RelBuilders rb, int xo) except -1:
+        """The block writers for what this decoder builds: _fast_run (typed tables),
+        _ev_fast_run (change-event table), or both over the same changes: the events
+        first, then the typed tables over the changes the events took, and the events cut
+        back to where the typed tables stopped (one event row per change). *index ends at
+        the first change not written (or, when the typed tables raise, at the change that
+        raised), which the caller dispatches row-wise."""
+        cdef Py_ssize_t i = index[0], k
+        cdef Py_ssize_t ev_base = self.ev.meta.rows
+        cdef int64_t seq = self.ctx.seq
+        if not self.want_events:
+            return self._fast_run(refs, index, nrefs, rb, xo)
+        self._ev_fast_run(refs, index, nrefs, rb, xo)
+        if not self.want_tables:
+            return 0
+        k = index[0]
+        if k == i:
+            return 0
+        index[0] = i
+        self.ctx.seq = seq
+        self._fast_run(refs, index, k, rb, xo)
+        if index[0] < k:
+            ev_truncate(&self.ev, ev_base + (index[0] - i))
         return 0
 
     cdef int _ev_fast_run(self, const MsgRef *refs, Py_ssize_t *index, Py_ssize_t nrefs,

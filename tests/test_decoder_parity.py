@@ -1059,11 +1059,13 @@ def test_spooled_runs_stop_mid_block(binary, breaker, at, deletes, wrap):
 @pytest.mark.parametrize("breaker", ["bad_value", "short_tuple", "toast", "first_null"])
 @pytest.mark.parametrize("deletes", [None, "upd_old"], ids=["ins_upd", "upd_old"])
 @pytest.mark.parametrize("wrap", ["stream", "prepared"])
-def test_spooled_event_runs_stop_mid_block(binary, breaker, deletes, wrap):
-    """The same spooled runs for a decoder of the change-event table alone, whose
-    arrival check is a dry-run write of a whole run's events, undone at once: the same
-    events, or the same error at the same message, as the reference decoder."""
-    _column_pass_case(binary, breaker, 1023, deletes, wrap, events=True)
+@pytest.mark.parametrize("tables", [False, True], ids=["events", "events_and_tables"])
+def test_spooled_event_runs_stop_mid_block(binary, breaker, deletes, wrap, tables):
+    """The same spooled runs for a decoder of the change-event table (alone, or with the
+    typed tables), whose arrival check writes a whole run's events into the spool's
+    event rows (and the typed tables' dry run, undone at once): the same events, or the
+    same error at the same message, as the reference decoder."""
+    _column_pass_case(binary, breaker, 1023, deletes, wrap, events=True, tables=tables)
 
 
 _EVENT_BREAKERS = _BREAKERS + ["non_ascii", "bad_utf8"]
@@ -1074,17 +1076,20 @@ _EVENT_BREAKERS = _BREAKERS + ["non_ascii", "bad_utf8"]
 @pytest.mark.parametrize("at", [0, 1023, 1500])
 @pytest.mark.parametrize("deletes", [None, "mixed", "keys", "upd_old"],
                          ids=["ins_upd", "del", "del_keys", "upd_old"])
-def test_event_blocks_stop_mid_block(binary, breaker, at, deletes):
+@pytest.mark.parametrize("tables", [False, True], ids=["events", "events_and_tables"])
+def test_event_blocks_stop_mid_block(binary, breaker, at, deletes, tables):
     """A decoder of the change-event table alone writes runs of one relation's changes
     in blocks: the row pass finds the values, then each row's maps are written from
     them and the rows' metadata a column at a time. Whatever stops a block (the
     breakers of the typed column pass, and non-ASCII or invalid UTF-8 text), at whatever
     row: the same events, or the same error at the same message, as the reference
-    decoder; fed whole and in two batches cut inside the run."""
-    _column_pass_case(binary, breaker, at, deletes, None, events=True)
+    decoder; fed whole and in two batches cut inside the run. With the typed tables
+    too, the core writes the events' blocks first, then the typed tables' over the
+    changes the events took, and cuts the events back to where the typed ones stopped."""
+    _column_pass_case(binary, breaker, at, deletes, None, events=True, tables=tables)
 
 
-def _column_pass_case(binary, breaker, at, deletes, wrap, events=False):
+def _column_pass_case(binary, breaker, at, deletes, wrap, events=False, tables=False):
     """The native core stores a run's block column by column after a row pass; a row
     that either pass does not take (a value the parser rejects, a value out of the
     column's range, a special value, an unchanged-TOAST marker, a column sent in the
@@ -1195,7 +1200,7 @@ def _column_pass_case(binary, breaker, at, deletes, wrap, events=False):
     assert broken == breaker
 
     if events:
-        feed_both([(msgs, lsns)], events=True, tables=False)
+        feed_both([(msgs, lsns)], events=True, tables=tables)
         if broken in ("non_ascii", "first_null", "special", "toast") and deletes is None:
             # the events hold what was encoded (the reference agrees: feed_both)
             after = make_decoder(native, tables=False).feed(pa.array(msgs, pa.binary()), lsns).events
@@ -1207,7 +1212,7 @@ def _column_pass_case(binary, breaker, at, deletes, wrap, events=False):
             else:
                 assert got["s"] == expected[at][2] and got["i4"] == str(expected[at][0])
         cut = row_index[700]
-        feed_both([(msgs[:cut], lsns[:cut]), (msgs[cut:], lsns[cut:])], events=True, tables=False)
+        feed_both([(msgs[:cut], lsns[:cut]), (msgs[cut:], lsns[cut:])], events=True, tables=tables)
         return
     feed_both([(msgs, lsns)], events=False)
     if wrap:
