@@ -1674,6 +1674,81 @@ cdef enum:                   # what a _fast_run block is made of
     BLOCK_UPDATES_OLD = 2    # updates with an old tuple ('K' / 'O'): old image, then row
 
 
+cdef Py_ssize_t block_end(const MsgRef *refs, Py_ssize_t i, Py_ssize_t nrefs, uint32_t relid,
+                          int ncols, int xo, int *olds, Py_ssize_t *nbytes) noexcept nogil:
+    """The end of the block of a run that starts at refs[i] (_fast_run, _ev_fast_run): up
+    to FAST_BLOCK_ROWS changes of relid with ncols columns (and FAST_BLOCK_BYTES bytes, at
+    least one change), all of one shape, set in *olds: inserts and updates without an
+    old tuple (BLOCK_NEW), deletes (BLOCK_DELETES), or updates with an old tuple
+    (BLOCK_UPDATES_OLD). *nbytes: their bytes. xo is 4 for changes that carry a streamed
+    transaction's xid after the type byte, else 0. The header tests only choose the
+    path: the scans check every message as the row-wise scan does."""
+    cdef Py_ssize_t j = i, nb = 0
+    cdef const MsgRef *m
+    cdef const unsigned char *p
+    cdef uint8_t t
+    cdef int shape = BLOCK_NEW
+    if refs[i].n >= 8 + xo and refs[i].p[0] == 68:
+        shape = BLOCK_DELETES
+    elif (refs[i].n >= 8 + xo and refs[i].p[0] == 85
+          and (refs[i].p[5 + xo] == 75 or refs[i].p[5 + xo] == 79)):
+        shape = BLOCK_UPDATES_OLD
+    while j < nrefs and j - i < FAST_BLOCK_ROWS:
+        m = &refs[j]
+        p = m.p
+        if m.n < 8 + xo or (j > i and nb + m.n > FAST_BLOCK_BYTES):
+            break
+        t = p[0]
+        if shape == BLOCK_DELETES:
+            if t != 68 or (p[5 + xo] != 75 and p[5 + xo] != 79):
+                break
+        elif shape == BLOCK_UPDATES_OLD:
+            if t != 85 or (p[5 + xo] != 75 and p[5 + xo] != 79):
+                break
+        elif (t != 73 and t != 85) or p[5 + xo] != 78:
+            break
+        if pgo_be32(p + 1 + xo) != relid or pgo_be16s(p + 6 + xo) != ncols:
+            break
+        nb += m.n
+        j += 1
+    olds[0] = shape
+    nbytes[0] = nb
+    return j
+
+
+cdef struct CpTables:        # the row pass's value tables, laid out in a scratch Buf
+    const unsigned char **vp
+    int32_t *vn
+    uint8_t *ckind
+    const unsigned char **vp2
+    int32_t *vn2
+    uint8_t *ckind2
+
+
+cdef int cp_tables(Buf *scratch, Py_ssize_t stride, int ncols, bint two, CpTables *t) noexcept nogil:
+    """The row pass's tables for `stride` rows of ncols columns, in scratch: the pointer
+    tables first, then the lengths, then the kind bytes, so that every table is aligned.
+    The second set (vp2, vn2, ckind2) takes the new tuple of updates with an old one
+    (two); otherwise it is the first (the tuple is the row's only image). -1: no memory."""
+    cdef Py_ssize_t need = 2 * (stride * ncols * 12 + ncols)
+    if scratch.cap < need:
+        scratch.len = 0
+        if buf_reserve(scratch, need) < 0:
+            return -1
+    t.vp = <const unsigned char **>scratch.data
+    t.vn = <int32_t *>(scratch.data + 16 * stride * ncols)
+    t.ckind = <uint8_t *>(scratch.data + 24 * stride * ncols)
+    if two:
+        t.vp2 = <const unsigned char **>(scratch.data + 8 * stride * ncols)
+        t.vn2 = <int32_t *>(scratch.data + 20 * stride * ncols)
+        t.ckind2 = <uint8_t *>(scratch.data + 24 * stride * ncols + ncols)
+    else:
+        t.vp2 = t.vp
+        t.vn2 = t.vn
+        t.ckind2 = t.ckind
+    return 0
+
+
 cdef inline Py_ssize_t cp_tuple(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, int ncols,
                                  const unsigned char **vp, int32_t *vn, Py_ssize_t stride,
                                  uint8_t *ckind) noexcept nogil:
@@ -2232,7 +2307,7 @@ cdef class DecoderCore:
     cdef list txn_rel_log           # (relid, previous rb, new rb) per Relation in that part
     cdef uint32_t stream_xid
     # change-event table (while a streamed or prepared change is checked on arrival,
-    # ev is swapped with its Spool's: see _side_begin)
+    # ev is swapped with its Spool's: see _side and _ev_swap)
     cdef EvStore ev
     cdef EvStore ev_spare           # an emptied spool's EvStore, for the next spool (warm pages)
     cdef Py_ssize_t ev_committed
@@ -3112,33 +3187,8 @@ cdef class DecoderCore:
             # updates without an old tuple; of deletes (their old tuple is also the
             # row: _before's dense columns and the row's both get it); or of updates
             # with an old tuple (to _before) and the new one (the row)
-            j = i
-            nbytes = 0
-            olds = BLOCK_NEW
-            if refs[i].n >= 8 + xo and refs[i].p[0] == 68:
-                olds = BLOCK_DELETES
-            elif (refs[i].n >= 8 + xo and refs[i].p[0] == 85
-                  and (refs[i].p[5 + xo] == 75 or refs[i].p[5 + xo] == 79)):
-                olds = BLOCK_UPDATES_OLD
+            j = block_end(refs, i, nrefs, relid, ncols, xo, &olds, &nbytes)
             with_old = olds != BLOCK_NEW
-            while j < nrefs and j - i < FAST_BLOCK_ROWS:
-                m = &refs[j]
-                p = m.p
-                if m.n < 8 + xo or (j > i and nbytes + m.n > FAST_BLOCK_BYTES):
-                    break
-                t = p[0]
-                if olds == BLOCK_DELETES:
-                    if t != 68 or (p[5 + xo] != 75 and p[5 + xo] != 79):
-                        break
-                elif olds == BLOCK_UPDATES_OLD:
-                    if t != 85 or (p[5 + xo] != 75 and p[5 + xo] != 79):
-                        break
-                elif (t != 73 and t != 85) or p[5 + xo] != 78:
-                    break
-                if pgo_be32(p + 1 + xo) != relid or pgo_be16s(p + 6 + xo) != ncols:
-                    break
-                nbytes += m.n
-                j += 1
             if j == i:
                 break
             rc = reserve_block(ncols, cols, j - i, nbytes)
@@ -3210,47 +3260,19 @@ cdef class DecoderCore:
 
     cdef int _ev_fast_run(self, const MsgRef *refs, Py_ssize_t *index, Py_ssize_t nrefs,
                           RelBuilders rb, int xo) except -1:
-        """The change-event table's _fast_run (events only, no typed tables): the run of
-        changes of rb's relation from refs[*index] in blocks of one shape (BLOCK_*, as
-        _fast_run forms them), each through the row pass and _ev_block. *index ends at
+        """The change-event table's _fast_run: the run of changes of rb's relation from
+        refs[*index] in blocks of one shape (block_end), each through the row pass and
+        _ev_block. *index ends at
         the first message not written, which the caller dispatches as usual (it writes
         it row-wise, or reports what is wrong with it)."""
         cdef uint32_t relid = rb.relid
         cdef int ncols = rb.ncols
         cdef Py_ssize_t i = index[0], j, k, nbytes
-        cdef const MsgRef *m
-        cdef const unsigned char *p
-        cdef uint8_t t
         cdef int olds
         if ncols == 0:
             return 0
         while i < nrefs:
-            j = i
-            nbytes = 0
-            olds = BLOCK_NEW
-            if refs[i].n >= 8 + xo and refs[i].p[0] == 68:
-                olds = BLOCK_DELETES
-            elif (refs[i].n >= 8 + xo and refs[i].p[0] == 85
-                  and (refs[i].p[5 + xo] == 75 or refs[i].p[5 + xo] == 79)):
-                olds = BLOCK_UPDATES_OLD
-            while j < nrefs and j - i < FAST_BLOCK_ROWS:
-                m = &refs[j]
-                p = m.p
-                if m.n < 8 + xo or (j > i and nbytes + m.n > FAST_BLOCK_BYTES):
-                    break
-                t = p[0]
-                if olds == BLOCK_DELETES:
-                    if t != 68 or (p[5 + xo] != 75 and p[5 + xo] != 79):
-                        break
-                elif olds == BLOCK_UPDATES_OLD:
-                    if t != 85 or (p[5 + xo] != 75 and p[5 + xo] != 79):
-                        break
-                elif (t != 73 and t != 85) or p[5 + xo] != 78:
-                    break
-                if pgo_be32(p + 1 + xo) != relid or pgo_be16s(p + 6 + xo) != ncols:
-                    break
-                nbytes += m.n
-                j += 1
+            j = block_end(refs, i, nrefs, relid, ncols, xo, &olds, &nbytes)
             if j == i:
                 break
             if not rb.dirty:
@@ -3279,6 +3301,7 @@ cdef class DecoderCore:
         cdef const unsigned char **vp2
         cdef int32_t *vn2
         cdef uint8_t *ckind2
+        cdef CpTables tb
         cdef int rc
         cdef int32_t end, zero = 0
         cdef int64_t relid = rb.relid
@@ -3286,20 +3309,14 @@ cdef class DecoderCore:
         cdef char op = b'd' if olds == BLOCK_DELETES else b'u' if olds == BLOCK_UPDATES_OLD else 0
         if stride < 1:
             stride = 1
-        if self.cp_scratch.cap < 2 * (stride * ncols * 12 + ncols):
-            self.cp_scratch.len = 0
-            if buf_reserve(&self.cp_scratch, 2 * (stride * ncols * 12 + ncols)) < 0:
-                raise MemoryError()
-        vp = <const unsigned char **>self.cp_scratch.data
-        vp2 = <const unsigned char **>(self.cp_scratch.data + 8 * stride * ncols)
-        vn = <int32_t *>(self.cp_scratch.data + 16 * stride * ncols)
-        vn2 = <int32_t *>(self.cp_scratch.data + 20 * stride * ncols)
-        ckind = <uint8_t *>(self.cp_scratch.data + 24 * stride * ncols)
-        ckind2 = <uint8_t *>(self.cp_scratch.data + 24 * stride * ncols + ncols)
-        if not two:                  # the tuple is the row's only image
-            vp2 = vp
-            vn2 = vn
-            ckind2 = ckind
+        if cp_tables(&self.cp_scratch, stride, ncols, two, &tb) < 0:
+            raise MemoryError()
+        vp = tb.vp
+        vn = tb.vn
+        ckind = tb.ckind
+        vp2 = tb.vp2
+        vn2 = tb.vn2
+        ckind2 = tb.ckind2
         while i < j:
             rows = j - i
             if rows > stride:
@@ -3385,6 +3402,7 @@ cdef class DecoderCore:
         cdef const unsigned char **vp2
         cdef int32_t *vn2
         cdef uint8_t *ckind2
+        cdef CpTables tb
         cdef int c, rc = 0
         cdef char op = b'd' if olds == BLOCK_DELETES else b'u' if olds == BLOCK_UPDATES_OLD else 0
         cdef unsigned char *brows
@@ -3394,21 +3412,14 @@ cdef class DecoderCore:
                 return i
         if stride < 1:
             stride = 1
-        if self.cp_scratch.cap < 2 * (stride * ncols * 12 + ncols):
-            self.cp_scratch.len = 0
-            if buf_reserve(&self.cp_scratch, 2 * (stride * ncols * 12 + ncols)) < 0:
-                raise MemoryError()
-        # (pointers first, then the int32 lengths, then the kind bytes: each aligned)
-        vp = <const unsigned char **>self.cp_scratch.data
-        vp2 = <const unsigned char **>(self.cp_scratch.data + 8 * stride * ncols)
-        vn = <int32_t *>(self.cp_scratch.data + 16 * stride * ncols)
-        vn2 = <int32_t *>(self.cp_scratch.data + 20 * stride * ncols)
-        ckind = <uint8_t *>(self.cp_scratch.data + 24 * stride * ncols)
-        ckind2 = <uint8_t *>(self.cp_scratch.data + 24 * stride * ncols + ncols)
-        if not two:                  # the tuple is both the old image and the row
-            vp2 = vp
-            vn2 = vn
-            ckind2 = ckind
+        if cp_tables(&self.cp_scratch, stride, ncols, two, &tb) < 0:
+            raise MemoryError()
+        vp = tb.vp
+        vn = tb.vn
+        ckind = tb.ckind
+        vp2 = tb.vp2
+        vn2 = tb.vn2
+        ckind2 = tb.ckind2
         while i < j:
             rows = j - i
             if rows > stride:
