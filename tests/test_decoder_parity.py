@@ -1026,7 +1026,7 @@ def test_long_runs_cross_reservation_blocks(binary):
 
 
 _BREAKERS = ["bad_value", "bad_float", "bad_numeric", "out_of_range", "special", "toast",
-             "kind_switch", "short_tuple", "first_null"]
+             "kind_switch", "short_tuple", "first_null", "trailing_byte", "bad_tag"]
 
 
 @pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
@@ -1093,7 +1093,8 @@ def _column_pass_case(binary, breaker, at, deletes, wrap, events=False, tables=F
     """The native core stores a run's block column by column after a row pass; a row
     that either pass does not take (a value the parser rejects, a value out of the
     column's range, a special value, an unchanged-TOAST marker, a column sent in the
-    other format, a TupleData cut short, a column's first null) stops it there and the
+    other format, a TupleData cut short or followed by a byte, a tuple tag that is not
+    one, a column's first null) stops it there and the
     rows from it on take the row-wise scan. Runs of inserts and updates, and runs of
     deletes (old keys and old rows, which also fill _before). Whatever stops it, at
     whatever row of the block: the same ChangeSet or the same error (message index,
@@ -1176,6 +1177,14 @@ def _column_pass_case(binary, breaker, at, deletes, wrap, events=False, tables=F
             make = make_msg(new)
             if breaker == "short_tuple":
                 raw = encode_message(make)[:-3]
+            elif breaker == "trailing_byte":      # (a byte after the last tuple)
+                raw = encode_message(make) + b"\x00"
+            elif breaker == "bad_tag":            # (the last tuple's 'N' / 'K' / 'O' is an 'X')
+                raw = bytearray(encode_message(make))
+                tail = encode_message(Insert(16384, tuple(new), xid))[5 + (4 if xid else 0):]
+                assert raw.endswith(tail[1:]) and raw[len(raw) - len(tail)] in b"NKO"
+                raw[len(raw) - len(tail)] = ord("X")
+                raw = bytes(raw)
             broken = breaker
         lsn += 10
         row_index.append(len(msgs))
@@ -1218,7 +1227,8 @@ def _column_pass_case(binary, breaker, at, deletes, wrap, events=False, tables=F
     if wrap:
         cut = row_index[700]
         feed_both([(msgs[:cut], lsns[:cut]), (msgs[cut:], lsns[cut:])], events=False)
-    if breaker in ("bad_value", "bad_float", "bad_numeric", "out_of_range", "short_tuple", "bad_utf8") or (
+    if breaker in ("bad_value", "bad_float", "bad_numeric", "out_of_range", "short_tuple", "bad_utf8",
+                   "trailing_byte", "bad_tag") or (
             deletes in ("mixed", "keys") and breaker == "toast"):
         with pytest.raises(DecodeError) as err:
             make_decoder(native, events=False).feed(pa.array(msgs, pa.binary()), lsns)
