@@ -116,6 +116,8 @@ class DecoderCore:
         """(tables: [(RelationVersion, pa.Table)], events: pa.Table | None, messages)."""
     def _event_rows_held(self) -> dict[Any, int | None]:
         """{xid or GID: bytes of event rows its spool holds, None once dropped} (tests)."""
+    def _typed_rows_held(self) -> dict[Any, int | None]:
+        """{xid or GID: bytes of typed rows its spool holds, None once dropped} (tests)."""
     def pending_summary(self) -> dict[str, Any]:
         """What is held back: open streams and prepared transactions, the open B..C."""
 

@@ -24,13 +24,18 @@
 #                 again at the Commit. Origin messages are spooled too (REC_ORIGIN), so a
 #                 replay gives every row the origin a direct write would have.
 #   S..E / c / A  streamed changes are spooled as raw messages (with the relation
-#                 version each refers to) per top-level xid, each checked on arrival by a
-#                 dry-run write that is undone at once (runs of one relation through
-#                 _fast_run's column pass, SPOOL_RUN_ROWS at a time); a subtransaction abort
-#                 truncates the spool at the position where that subxid first
-#                 appeared; Stream Commit replays the spool with its commit metadata.
-#   b..P / p, K/r prepared work is spooled per GID, replayed at Commit Prepared,
-#                 dropped at Rollback Prepared.
+#                 version each refers to) per top-level xid, each checked on arrival by
+#                 writing it (runs of one relation through the block writers,
+#                 SPOOL_RUN_ROWS at a time) into the spool's own event rows (EvStore) and
+#                 typed builders (Spool.tb: RelBuilders.side_copy per relation version),
+#                 which keep them; a subtransaction abort truncates the spool, the event
+#                 rows and the typed rows at the position where that subxid first
+#                 appeared; Stream Commit appends the kept rows with its commit metadata
+#                 (ev_append, RelBuilders.adopt: copies) and replays the spool only for
+#                 what was not kept: rows dropped past max_pending_bytes, typed rows after
+#                 a Truncate or of a column whose Arrow type waits on its values' format.
+#   b..P / p, K/r prepared work is spooled (and its rows kept) per GID, appended at
+#                 Commit Prepared, dropped at Rollback Prepared.
 # Spools larger than max_pending_bytes spill to a temporary file.
 
 import os as _os
@@ -641,18 +646,35 @@ cdef int offsets_append(Buf *dst, const Buf *src, Py_ssize_t n, int64_t base) no
     return 0
 
 
-cdef int col_append_text(Column *dst, const Column *src) noexcept nogil:
-    """Append the rows of src to dst: both LAYOUT_VARLEN without TOAST bits (an event
-    map's values). -1: no memory, -2: past int32 offsets."""
+cdef int col_append(Column *dst, const Column *src) noexcept nogil:
+    """Append the rows of src to dst, a column of the same kind and layout (an event
+    map's values; a spool's typed rows at its commit, RelBuilders.adopt). -1: no
+    memory, -2: past int32 offsets; dst then holds part of them (the caller cuts it
+    back)."""
     cdef Py_ssize_t m = src.length
     cdef int rc
+    cdef Buf none
     if m == 0:
         return 0
-    rc = offsets_append(&dst.offsets, &src.offsets, m, dst.data.len)
-    if rc < 0:
-        return rc
-    if buf_append(&dst.data, src.data.data, src.data.len) < 0:
-        return -1
+    if dst.layout == LAYOUT_FIXED:
+        if buf_append(&dst.data, src.data.data, m * dst.fixed_width) < 0:
+            return -1
+    elif dst.layout == LAYOUT_BOOL:
+        if bits_append(&dst.data, dst.length, &src.data, m) < 0:
+            return -1
+    elif dst.layout == LAYOUT_VARLEN:
+        rc = offsets_append(&dst.offsets, &src.offsets, m, dst.data.len)
+        if rc < 0:
+            return rc
+        if buf_append(&dst.data, src.data.data, src.data.len) < 0:
+            return -1
+    else:                                   # LAYOUT_LIST: the elements, then the offsets
+        rc = offsets_append(&dst.offsets, &src.offsets, m, dst.child.length)
+        if rc < 0:
+            return rc
+        rc = col_append(dst.child, src.child)
+        if rc < 0:
+            return rc
     if src.nulls or dst.nulls:
         if dst.nulls == 0 and _validity_backfill(dst) < 0:
             return -1
@@ -663,6 +685,12 @@ cdef int col_append_text(Column *dst, const Column *src) noexcept nogil:
         if rc < 0:
             return -1
         dst.nulls += src.nulls
+    if src.any_toast or dst.any_toast:
+        memset(&none, 0, sizeof(Buf))       # (no TOAST bits: all 0)
+        if bits_append(&dst.toast, dst.length, &src.toast if src.any_toast else &none, m) < 0:
+            return -1
+        dst.any_toast = True
+    dst.any_binary = dst.any_binary or src.any_binary
     dst.length += m
     return 0
 
@@ -681,7 +709,7 @@ cdef int map_append(MapB *dst, const MapB *src) noexcept nogil:
             or buf_append(&dst.key_ids, src.key_ids.data, src.key_ids.len) < 0):
         return -1
     if src.values != NULL:
-        rc = col_append_text(dst.values, src.values)
+        rc = col_append(dst.values, src.values)
         if rc < 0:
             return rc
     dst.rows += n
@@ -742,6 +770,15 @@ cdef int ev_append(EvStore *dst, const EvStore *src, const Ctx *ctx) noexcept no
 # -- per relation version: typed builders ------------------------------------------
 
 @cython.final
+cdef Py_ssize_t col_nbytes(const Column *c) noexcept nogil:
+    """Bytes a column's rows hold (its element column's too)."""
+    cdef Py_ssize_t n = 0
+    while c != NULL:
+        n += c.data.len + c.offsets.len + c.validity.len + c.toast.len
+        c = c.child
+    return n
+
+
 cdef class RelBuilders:
     """Typed column builders of one relation version (new image, old image, metadata)."""
     cdef readonly object version       # catalog.RelationVersion
@@ -763,6 +800,8 @@ cdef class RelBuilders:
     cdef list specials                 # [(row, col, is_before, format, bytes)]
     cdef object col_types
     cdef bint dirty                    # touched by the open transaction
+    cdef bint fixed_types              # every column's Arrow type is known up front (none
+                                       # waits on whether a value comes in binary)
 
     def __dealloc__(self):
         cdef int i
@@ -819,6 +858,100 @@ cdef class RelBuilders:
             self.is_key[i] = version.columns[i].flags & 1
         self.cols = self._alloc_cols()
         self.specials = []
+        self.fixed_types = all(ct.arrow_type(False) == ct.arrow_type(True) for ct in self.col_types)
+        return 0
+
+    cdef RelBuilders side_copy(self):
+        """Empty builders of the same relation version and id, for the typed rows a
+        streamed or prepared transaction writes on arrival (Spool.tb): dirty from the
+        start, so that no commit or rollback of the decoder's own builders touches them."""
+        cdef RelBuilders rb = RelBuilders.__new__(RelBuilders)
+        rb.init(self.version, self.id, [self.name_ids[i] for i in range(self.ncols)])
+        rb.dirty = True
+        return rb
+
+    cdef Py_ssize_t nbytes(self) noexcept:
+        """Bytes the rows hold (what counts against max_pending_bytes)."""
+        cdef Py_ssize_t n = (self.meta.lsn.len + self.meta.commit_lsn.len + self.meta.commit_ts.len
+                             + self.meta.xid.len + self.meta.seq.len + self.meta.op.len
+                             + self.meta.origin.len + self.before_rows.len + self.before_kind.len)
+        cdef int i
+        for i in range(self.ncols):
+            n += col_nbytes(self.cols[i])
+            if self.before != NULL:
+                n += col_nbytes(self.before[i])
+        return n
+
+    cdef void cut(self, Py_ssize_t rows) noexcept:
+        """Keep the first `rows` rows (their old images, specials and metadata)."""
+        cdef const int32_t *at = <const int32_t *>self.before_rows.data
+        cdef Py_ssize_t nb = self.nbefore
+        while nb > 0 and at[nb - 1] >= rows:
+            nb -= 1
+        self.committed = rows
+        self.committed_before = nb
+        self.rollback()
+        self.dirty = True
+
+    cdef int adopt(self, RelBuilders src, const Ctx *ctx) noexcept:
+        """Append src's rows (builders of the same relation version: Spool.tb) with ctx's
+        commit LSN, commit time, xid and origin (their lsn, seq and values as written),
+        but not its specials (the caller's: a Python list). 0; -1 no memory (or no old
+        image columns: ensure_before first), -2 past int32 offsets: then the caller rolls
+        these builders back (they held only committed rows)."""
+        cdef Py_ssize_t n = src.meta.rows, base = self.meta.rows, r, nb = src.nbefore
+        cdef Meta *m = &self.meta
+        cdef const Meta *sm = &src.meta
+        cdef unsigned char *d
+        cdef int32_t *rows
+        cdef int i, rc
+        if n == 0:
+            return 0
+        for i in range(self.ncols):
+            rc = col_append(self.cols[i], src.cols[i])
+            if rc < 0:
+                return rc
+        if nb:
+            if self.before == NULL:
+                return -1                    # (the caller's ensure_before)
+            for i in range(self.ncols):
+                rc = col_append(self.before[i], src.before[i])
+                if rc < 0:
+                    return rc
+            if buf_reserve(&self.before_rows, 4 * nb) < 0 or buf_append(
+                    &self.before_kind, src.before_kind.data, nb) < 0:
+                return -1
+            rows = <int32_t *>(self.before_rows.data + self.before_rows.len)
+            memcpy(rows, src.before_rows.data, <size_t>(4 * nb))
+            for r in range(nb):
+                rows[r] += <int32_t>base
+            self.before_rows.len += 4 * nb
+            self.nbefore += nb
+        if meta_reserve(m, n) < 0:
+            return -1
+        memcpy(m.lsn.data + m.lsn.len, sm.lsn.data, <size_t>(8 * n))
+        memcpy(m.seq.data + m.seq.len, sm.seq.data, <size_t>(8 * n))
+        memcpy(m.op.data + m.op.len, sm.op.data, <size_t>n)
+        d = m.commit_lsn.data + m.commit_lsn.len
+        for r in range(n):
+            memcpy(d + 8 * r, &ctx.commit_lsn, 8)
+        d = m.commit_ts.data + m.commit_ts.len
+        for r in range(n):
+            memcpy(d + 8 * r, &ctx.commit_ts, 8)
+        d = m.xid.data + m.xid.len
+        for r in range(n):
+            memcpy(d + 8 * r, &ctx.xid, 8)
+        d = m.origin.data + m.origin.len
+        for r in range(n):
+            memcpy(d + 4 * r, &ctx.origin, 4)
+        m.lsn.len += 8 * n
+        m.commit_lsn.len += 8 * n
+        m.commit_ts.len += 8 * n
+        m.xid.len += 8 * n
+        m.seq.len += 8 * n
+        m.op.len += n
+        m.origin.len += 4 * n
+        m.rows += n
         return 0
 
     cdef int ensure_before(self) except -1:
@@ -1206,6 +1339,12 @@ cdef class Spool:
     cdef uint32_t last_noted           # the subxid note_xid saw last (noted_any: valid)
     cdef bint noted_any
     cdef list truncates                # per spooled Truncate: RelBuilders of its relids at arrival
+    # typed rows written on arrival (tb_side): RelBuilders.side_copy per relation version
+    # (by id), cut back at a subtransaction abort, appended at the commit (DecoderCore._adopt)
+    cdef dict tb                       # rb id -> RelBuilders
+    cdef bint tb_side
+    cdef dict first_tb                 # subxid -> (seq_next, {rb id: rows}) before its first message
+    cdef Py_ssize_t seq_next           # rows the spooled changes make so far (the next _seq)
     cdef public int32_t origin
     cdef public object xid
     cdef public object gid
@@ -1216,6 +1355,8 @@ cdef class Spool:
         self.first_pos = {}
         self.first_row = {}
         self.truncates = []
+        self.tb = {}
+        self.first_tb = {}
         self.origin = -1
 
     def __dealloc__(self):
@@ -1267,11 +1408,12 @@ cdef class Spool:
 
     cdef int append_dml_run(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
                             int32_t rb_id, bint stream, Py_ssize_t limit,
-                            object spill_dir, Py_ssize_t row0) except -1:
+                            object spill_dir, Py_ssize_t row0, Py_ssize_t tb_row0=-1) except -1:
         """The records of refs[i:j], checked changes (I/U/D, at least 8 bytes, a streamed
         one 12) of relation version rb_id, exactly as append writes them one at a time:
         a streamed change has its xid noted, then is spooled without it. row0: the rows
-        of ev before refs[i]'s (one event row per change)."""
+        of ev before refs[i]'s (one event row per change); tb_row0: the rows of tb[rb_id]
+        before refs[i]'s."""
         cdef const MsgRef *m
         cdef int skip = 4 if stream else 0
         cdef uint32_t xid
@@ -1281,10 +1423,11 @@ cdef class Spool:
             if stream:
                 xid = pgo_be32(m.p + 1)
                 if not self.noted_any or xid != self.last_noted:
-                    self.note_xid(xid, row0 + (k - i))
+                    self.note_xid(xid, row0 + (k - i), rb_id, tb_row0 + (k - i), self.seq_next + (k - i))
             self.put(REC_DML, False, rb_id, m, skip)
             if self.mem.len > limit:
                 self.spill(spill_dir)
+        self.seq_next += j - i
         return 0
 
     cdef int spill(self, object spill_dir) except -1:
@@ -1296,13 +1439,24 @@ cdef class Spool:
         self.mem.len = 0
         return 0
 
-    cdef void note_xid(self, uint32_t subxid, Py_ssize_t row=-1):
-        """row: the rows of ev before this message's (-1: all of them)."""
+    cdef void note_xid(self, uint32_t subxid, Py_ssize_t row=-1, int32_t tb_id=-1,
+                       Py_ssize_t tb_row=-1, Py_ssize_t seq=-1):
+        """row: the rows of ev before this message's (-1: all of them); tb_row: the rows
+        of tb[tb_id] before it (the other builders of tb: all of theirs); seq: the
+        spool's rows before it (-1: seq_next)."""
+        cdef RelBuilders rb
         if self.noted_any and subxid == self.last_noted:
             return                     # the common case: the same (sub)transaction again
         if subxid not in self.first_pos:
             self.first_pos[subxid] = self.size()
             self.first_row[subxid] = row if row >= 0 else self.ev.meta.rows
+            if self.tb_side:
+                rows = {}
+                for k, rb in self.tb.items():
+                    rows[k] = rb.meta.rows
+                if tb_id >= 0 and tb_row >= 0:
+                    rows[tb_id] = tb_row
+                self.first_tb[subxid] = (seq if seq >= 0 else self.seq_next, rows)
         self.last_noted = subxid
         self.noted_any = True
 
@@ -1322,6 +1476,13 @@ cdef class Spool:
         if self.ev_side:
             ev_truncate(&self.ev, self.first_row[subxid])
         self.first_row = {x: self.first_row[x] for x in self.first_pos}
+        cdef RelBuilders rb
+        if self.tb_side:
+            seq, rows = self.first_tb[subxid]
+            for k, rb in self.tb.items():
+                rb.cut(rows.get(k, 0))
+            self.seq_next = seq
+            self.first_tb = {x: self.first_tb[x] for x in self.first_pos}
         self.noted_any = False
         return 0
 
@@ -2416,6 +2577,8 @@ cdef class DecoderCore:
     # ev is swapped with its Spool's: see _side and _ev_swap)
     cdef EvStore ev
     cdef EvStore ev_spare           # an emptied spool's EvStore, for the next spool (warm pages)
+    cdef dict tb_spare              # rb id -> RelBuilders a committed spool emptied (warm
+                                    # memory for the next spool's typed rows)
     cdef Py_ssize_t ev_committed
     # scratch
     cdef Buf scratch
@@ -2436,6 +2599,7 @@ cdef class DecoderCore:
         self.streams = {}
         self.prepared = {}
         self.txn_rel_log = []
+        self.tb_spare = {}
         self.ctx.origin = -1
 
     def __init__(self, catalog, *, bint events=True, bint tables=True, binary_unknown=None,
@@ -2807,29 +2971,80 @@ cdef class DecoderCore:
         self.ctx.seq = 0
         self.ctx.origin = sp.origin
         cdef int rc
-        if not (sp.ev_side and self.want_events):
-            return self._replay_records(sp)
-        # the event rows were written on arrival: they take the commit's metadata, and
-        # the spool is replayed for the typed tables and logical messages only
-        rc = ev_append(&self.ev, &sp.ev, &self.ctx)
-        if rc == -2:
-            raise DecodeError("the change-event table holds more than 2 GiB of values in one "
-                              "batch; feed smaller batches", None, mtype)
-        if rc < 0:
-            raise MemoryError()
-        ev_free(&self.ev_spare)
-        if ev_capacity(&sp.ev) <= EV_SPARE_MAX:
-            ev_truncate(&sp.ev, 0)             # its memory serves the next spool
-            self.ev_spare = sp.ev
-        else:
-            ev_free(&sp.ev)
-        memset(&sp.ev, 0, sizeof(EvStore))
-        sp.ev_side = False
-        self.want_events = False
+        cdef bint events_kept = sp.ev_side and self.want_events
+        cdef bint adopted = False
+        if events_kept:
+            # the event rows were written on arrival: they take the commit's metadata
+            rc = ev_append(&self.ev, &sp.ev, &self.ctx)
+            if rc == -2:
+                raise DecodeError("the change-event table holds more than 2 GiB of values in one "
+                                  "batch; feed smaller batches", None, mtype)
+            if rc < 0:
+                raise MemoryError()
+            ev_free(&self.ev_spare)
+            if ev_capacity(&sp.ev) <= EV_SPARE_MAX:
+                ev_truncate(&sp.ev, 0)             # its memory serves the next spool
+                self.ev_spare = sp.ev
+            else:
+                ev_free(&sp.ev)
+            memset(&sp.ev, 0, sizeof(EvStore))
+            sp.ev_side = False
+        if self.want_tables and sp.tb_side:
+            adopted = self._adopt(sp)              # so were the typed rows
+        # the spool is replayed for what was not kept (and the logical messages)
+        if events_kept:
+            self.want_events = False
+        if adopted:
+            self.want_tables = False
         try:
             return self._replay_records(sp)
         finally:
-            self.want_events = True
+            if events_kept:
+                self.want_events = True
+            if adopted:
+                self.want_tables = True
+
+    cdef bint _adopt(self, Spool sp) except -1:
+        """The typed rows a spool kept (Spool.tb) are appended to the decoder's builders
+        with the commit's metadata (ctx), as committed rows; the spool's builders,
+        emptied, serve the next spool (tb_spare: their memory is warm). False, and
+        nothing changed, when they cannot be (the decoder's builders hold rows of a
+        transaction not committed, no memory, 2 GiB of text): then the spool is
+        replayed."""
+        cdef RelBuilders t, main
+        cdef int rc = 0
+        cdef list done = []
+        for k in sp.tb:
+            main = <RelBuilders>self.rb_all[k]
+            if main.meta.rows != main.committed or main.nbefore != main.committed_before:
+                return False
+        for k in sorted(sp.tb):
+            t = <RelBuilders>sp.tb[k]
+            if t.meta.rows == 0:
+                continue
+            main = <RelBuilders>self.rb_all[k]
+            if t.nbefore:
+                main.ensure_before()
+            done.append(main)
+            rc = main.adopt(t, &self.ctx)
+            if rc < 0:
+                break
+        if rc < 0:
+            for main in done:
+                main.rollback()
+            return False
+        for k in sorted(sp.tb):
+            t = <RelBuilders>sp.tb[k]
+            if t.specials:
+                main = <RelBuilders>self.rb_all[k]
+                base = main.meta.rows - t.meta.rows
+                main.specials.extend([(x[0] + base,) + tuple(x[1:]) for x in t.specials])
+            self._touch(<RelBuilders>self.rb_all[k])     # (committed by _commit_rows)
+            if t.nbytes() <= EV_SPARE_MAX:
+                t.cut(0)
+                self.tb_spare[k] = t
+        self._tb_drop(sp)
+        return True
 
     cdef int _replay_records(self, Spool sp) except -1:
         """Write the spooled records with the metadata in ctx, and commit them."""
@@ -2937,14 +3152,16 @@ cdef class DecoderCore:
         return rb
 
     cdef int _spool(self, const MsgRef *m, int kind, int32_t rb_id, uint32_t xid,
-                    Py_ssize_t row=-1) except -1:
-        """row: the event rows the spool held before this message's (see note_xid)."""
+                    Py_ssize_t row=-1, Py_ssize_t tb_row=-1, Py_ssize_t nrows=0) except -1:
+        """row: the event rows the spool held before this message's, tb_row the typed rows
+        of tb[rb_id] (see note_xid); nrows: the rows the message makes (seq_next)."""
+        cdef Spool sp = self.cur
         if self.state == ST_STREAM:
-            self.cur.note_xid(xid, row)
-            if kind == REC_DML:       # without its xid: see REC_HEAD
-                return self.cur.append(kind, False, rb_id, m, self.max_pending_bytes,
-                                       self.spill_dir, 4)
-        self.cur.append(kind, self.state == ST_STREAM, rb_id, m, self.max_pending_bytes, self.spill_dir)
+            sp.note_xid(xid, row, rb_id if kind == REC_DML else -1, tb_row, -1)
+        sp.seq_next += nrows
+        if self.state == ST_STREAM and kind == REC_DML:       # without its xid: see REC_HEAD
+            return sp.append(kind, False, rb_id, m, self.max_pending_bytes, self.spill_dir, 4)
+        sp.append(kind, self.state == ST_STREAM, rb_id, m, self.max_pending_bytes, self.spill_dir)
         return 0
 
     cdef inline bint _side(self):
@@ -2954,11 +3171,46 @@ cdef class DecoderCore:
                 and self.cur.ev_side)
 
     cdef void _side_init(self, Spool sp):
-        """A new stream's or prepared transaction's spool keeps its event rows (_side)."""
+        """A new stream's or prepared transaction's spool keeps its event rows (_side) and
+        its typed rows (_tb_for)."""
         if self.want_events:
             sp.ev = self.ev_spare
             memset(&self.ev_spare, 0, sizeof(EvStore))
             sp.ev_side = True
+        sp.tb_side = self.want_tables
+
+    cdef RelBuilders _tb_for(self, Spool sp, RelBuilders rb):
+        """The builders of the open S..E block's or b..P's spool for rb's relation version
+        (made on first use), or None: its typed rows are not kept (the commit replays
+        the spool for them)."""
+        cdef RelBuilders t
+        if not (sp.tb_side and self.want_tables and (self.state == ST_STREAM or self.state == ST_PREPARE)):
+            return None
+        t = sp.tb.get(rb.id)
+        if t is None:
+            if not rb.fixed_types:
+                # (a column whose Arrow type waits on its values' format: the commit
+                # decides it over all the rows, as a replay does)
+                self._tb_drop(sp)
+                return None
+            t = self.tb_spare.pop(rb.id, None)
+            if t is None or t.version is not rb.version:
+                t = rb.side_copy()
+            sp.tb[rb.id] = t
+        return t
+
+    cdef void _tb_drop(self, Spool sp):
+        """From here the spool keeps no typed rows; its commit replays it for them."""
+        sp.tb_side = False
+        sp.tb = {}
+        sp.first_tb = {}
+
+    cdef Py_ssize_t _tb_nbytes(self, Spool sp):
+        cdef RelBuilders t
+        cdef Py_ssize_t n = 0
+        for t in sp.tb.values():
+            n += t.nbytes()
+        return n
 
     cdef void _ev_swap(self, Spool sp):
         cdef EvStore t = self.ev
@@ -2966,11 +3218,21 @@ cdef class DecoderCore:
         sp.ev = t
 
     cdef void _side_check(self, Spool sp):
-        """Past max_pending_bytes (the spool's bytes in memory and its event rows
-        together), the event rows are dropped and the commit decodes the spool again."""
-        if sp.ev_side and sp.mem.len + ev_nbytes(&sp.ev) > self.max_pending_bytes:
-            ev_free(&sp.ev)
-            sp.ev_side = False
+        """Past max_pending_bytes (the spool's bytes in memory, its event rows and its
+        typed rows together), the rows are dropped and the commit decodes the spool
+        again."""
+        cdef Py_ssize_t n = sp.mem.len
+        if not (sp.ev_side or sp.tb_side):
+            return
+        if sp.ev_side:
+            n += ev_nbytes(&sp.ev)
+        if sp.tb_side:
+            n += self._tb_nbytes(sp)
+        if n > self.max_pending_bytes:
+            if sp.ev_side:
+                ev_free(&sp.ev)
+                sp.ev_side = False
+            self._tb_drop(sp)
 
     cdef int _spool_run(self, const MsgRef *refs, Py_ssize_t *index, Py_ssize_t nrefs) except -1:
         """Check and spool a run of changes of one relation from refs[*index] (in S..E, b..P
@@ -3010,46 +3272,58 @@ cdef class DecoderCore:
             return 0
         cdef bint side = self._side()
         cdef Spool sp = self.cur
-        cdef Py_ssize_t row0 = 0
+        cdef Py_ssize_t row0 = 0, tb_row0 = -1
+        cdef RelBuilders w = self._tb_for(sp, rb)   # where the check writes
+        cdef bint ok = False
         seq = self.ctx.seq
+        if w is None:
+            w = rb
+        else:
+            tb_row0 = w.meta.rows
+            self.ctx.seq = sp.seq_next        # seq: the row's place in the transaction
         was_dirty = rb.dirty
         if side:
             row0 = sp.ev.meta.rows
             self._ev_swap(sp)
-            self.ctx.seq = row0               # seq: the row's place in the transaction
+            self.ctx.seq = row0
         k = i
         try:
             while k < j:
-                self._run_fast(refs, &k, j, rb, xo)
+                self._run_fast(refs, &k, j, w, xo)
                 if k >= j:
                     break
                 m = &refs[k]
                 cur_init(&c, m.p, m.n)
                 c.pos = 1 + xo
-                self._write_dml(m, &c, m.p[0], rb)
+                self._write_dml(m, &c, m.p[0], w)
                 k += 1
+            ok = True
         finally:
             # undone whatever happened; the changes checked (all, or those before a bad
             # one, as _on_dml would have left them) go to the spool
             index[0] = k
-            rb.rollback()
-            if not was_dirty and self.dirty and self.dirty[len(self.dirty) - 1] is rb:
-                self.dirty.pop()
+            if w is rb:
+                rb.rollback()
+                if not was_dirty and self.dirty and self.dirty[len(self.dirty) - 1] is rb:
+                    self.dirty.pop()
+            elif not ok or w.meta.rows != tb_row0 + (k - i):
+                self._tb_drop(sp)             # (a change that raised: the commit replays)
+                tb_row0 = -1
             if side:
                 ev_truncate(&self.ev, row0 + (k - i))   # the checked changes' rows stay
                 self._ev_swap(sp)
             else:
                 self._ev_truncate(self.ev_committed)
             self.ctx.seq = seq
-            self._spool_checked(refs, i, k, rb, xo, row0)
-        if side:
+            self._spool_checked(refs, i, k, rb, xo, row0, tb_row0)
+        if side or sp.tb_side:
             self._side_check(sp)
         return 0
 
     cdef int _spool_checked(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
-                            RelBuilders rb, int xo, Py_ssize_t row0) except -1:
+                            RelBuilders rb, int xo, Py_ssize_t row0, Py_ssize_t tb_row0=-1) except -1:
         self.cur.append_dml_run(refs, i, j, rb.id, xo != 0, self.max_pending_bytes, self.spill_dir,
-                                row0)
+                                row0, tb_row0)
         if self.state == ST_TXN:
             self.ctx.seq += j - i             # open_changes of pending()
         return 0
@@ -3060,7 +3334,8 @@ cdef class DecoderCore:
         cdef RelBuilders rb = self._rel(m, c, &relid)
         cdef bint side, ok = False
         cdef Spool sp
-        cdef Py_ssize_t row0 = -1
+        cdef RelBuilders w
+        cdef Py_ssize_t row0 = -1, tb_row0 = -1
         if self.state == ST_TXN and not self.txn_spooled:
             c.pos = start
             return self._write_dml(m, c, t, rb)
@@ -3076,25 +3351,35 @@ cdef class DecoderCore:
             was_dirty = rb.dirty
             side = self._side()
             sp = self.cur
+            w = self._tb_for(sp, rb)          # where the check writes
+            if w is None:
+                w = rb
+            else:
+                tb_row0 = w.meta.rows
+                self.ctx.seq = sp.seq_next
             if side:
                 row0 = sp.ev.meta.rows
                 self._ev_swap(sp)
                 self.ctx.seq = row0
             try:
-                self._write_dml(m, c, t, rb)
+                self._write_dml(m, c, t, w)
                 ok = True
             finally:
-                rb.rollback()
-                if not was_dirty and self.dirty and self.dirty[len(self.dirty) - 1] is rb:
-                    self.dirty.pop()
+                if w is rb:
+                    rb.rollback()
+                    if not was_dirty and self.dirty and self.dirty[len(self.dirty) - 1] is rb:
+                        self.dirty.pop()
+                elif not ok or w.meta.rows != tb_row0 + 1:
+                    self._tb_drop(sp)         # (the change raised: the commit replays)
+                    tb_row0 = -1
                 if side:
                     ev_truncate(&self.ev, row0 + 1 if ok else row0)
                     self._ev_swap(sp)
                 else:
                     self._ev_truncate(self.ev_committed)
                 self.ctx.seq = seq
-            self._spool(m, REC_DML, rb.id, xid, row0)
-            if side:
+            self._spool(m, REC_DML, rb.id, xid, row0, tb_row0, 1)
+            if side or sp.tb_side:
                 self._side_check(sp)
             if self.state == ST_TXN:
                 self.ctx.seq += 1               # open_changes of pending()
@@ -3111,8 +3396,10 @@ cdef class DecoderCore:
             row0 = -1
             if self._side():
                 row0 = self._side_truncate(m, c, targets)
+            if self.cur.tb_side and self.state != ST_TXN:
+                self._tb_drop(self.cur)       # (a Truncate's typed rows: the commit replays)
             self.cur.truncates.append(targets)
-            self._spool(m, REC_TRUNCATE, len(self.cur.truncates) - 1, xid, row0)
+            self._spool(m, REC_TRUNCATE, len(self.cur.truncates) - 1, xid, row0, -1, len(targets))
             if self.state == ST_TXN:
                 self.ctx.seq += len(targets)
             return 0
@@ -3997,6 +4284,15 @@ cdef class DecoderCore:
         out = {}
         for key, sp in list(self.streams.items()) + list(self.prepared.items()):
             out[key] = ev_nbytes(&sp.ev) if sp.ev_side else None
+        return out
+
+    def _typed_rows_held(self):
+        """{top-level xid or GID: bytes of the typed rows its spool holds, or None once
+        they were dropped} (tests: the bound of _side_check)."""
+        cdef Spool sp
+        out = {}
+        for key, sp in list(self.streams.items()) + list(self.prepared.items()):
+            out[key] = self._tb_nbytes(sp) if sp.tb_side else None
         return out
 
     def pending_summary(self):

@@ -1361,6 +1361,124 @@ def _streamed_event_rows_stream():
     return raw, list(range(10_000, 10_000 + len(raw)))
 
 
+def _streamed_typed_rows_stream(binary):
+    """Streamed and prepared transactions over a relation of every column layout (fixed,
+    bool bits, text, a list, decimal with a special value) with plain transactions of
+    the same relation between them, so that the decoder's builders hold committed rows
+    when a streamed transaction commits: inserts, updates with 'O' and 'K' old images,
+    deletes, nulls, unchanged TOAST, subtransaction aborts in the middle of a run and
+    across blocks and a Relation change, a stream aborted whole, a stream with a
+    Truncate, Stream Prepare, Commit Prepared and Rollback Prepared."""
+    R = 16384
+    cols = [(23, "id", -1), (25, "s", -1), (20, "q", -1), (16, "b", -1),
+            (1700, "n", ((10 << 16) | 2) + 4), (1007, "arr", -1), (1184, "ts", -1)]
+    rel = Relation(R, "public", "t", "f", tuple(RelationColumn(1 if i == 0 else 0, name, oid, mod)
+                                               for i, (oid, name, mod) in enumerate(cols)))
+    rel2 = rel._replace(columns=rel.columns + (RelationColumn(0, "f", 701, -1),))
+    base = datetime.datetime(2024, 3, 1, tzinfo=datetime.timezone.utc)
+
+    def values(i, ncols):
+        v = [_encode_value(i, 23, binary), _encode_value(f"s{i}" * (i % 4), 25, binary),
+             _encode_value(i * 1_000_003, 20, binary), _encode_value(i % 3 == 0, 16, binary),
+             Value("t", b"NaN") if i % 11 == 0 else _encode_value(i % 999 + 1, 1700, binary),
+             Value("t", b"{1,NULL,%d}" % i) if i % 4 else None,
+             _encode_value(base + datetime.timedelta(seconds=i), 1184, binary)]
+        if i % 7 == 0:
+            v[2] = None
+        if ncols > len(cols):
+            v.append(_encode_value(i / 8, 701, binary))
+        return tuple(v)
+
+    def rows(xid, first, n, ncols=len(cols)):
+        out = []
+        for i in range(first, first + n):
+            new = values(i, ncols)
+            k = i % 6
+            if k in (0, 1):
+                out.append(Insert(R, new, xid))
+            elif k == 2:
+                out.append(Update(R, "O", values(i + 10_000, ncols), new, xid))
+            elif k == 3:
+                key = (new[0],) + (None,) * (ncols - 1)
+                out.append(Update(R, "K", key, new[:1] + (UNCHANGED_TOAST,) + new[2:], xid))
+            elif k == 4:
+                out.append(Update(R, None, None, new, xid))
+            else:
+                out.append(Delete(R, "O" if i % 12 == 5 else "K",
+                                  new if i % 12 == 5 else (new[0],) + (None,) * (ncols - 1), xid))
+        return out
+
+    X, Y, Z, W = 700, 800, 900, 1000
+    n2 = len(cols) + 1
+    msgs = [rel,
+            StreamStart(X, 1), *rows(X, 0, 40), StreamStop(),
+            Begin(1000, 5, 10), *rows(None, 1_000, 9), Commit(0, 1000, 1008, 5),
+            StreamStart(Y, 1), Origin(0, "up"), *rows(Y, 2_000, 12), StreamStop(),
+            StreamStart(X, 0), *rows(X, 40, 5), *rows(X + 1, 45, 25), *rows(X + 2, 70, 9),
+            StreamStop(),
+            StreamAbort(X, X + 2),                          # its 9 rows go
+            StreamStart(W, 1), *rows(W, 5_000, 8), StreamStop(),
+            StreamStart(X, 0), *rows(X + 3, 80, 4), *rows(X, 84, 6), StreamStop(),
+            StreamStart(Y, 0), *rows(Y + 1, 2_100, 30), StreamStop(),
+            StreamAbort(Y, Y + 1),                          # a whole block's worth
+            StreamAbort(W, W),                              # the whole stream
+            StreamStart(X, 0), rel2._replace(xid=X + 4), *rows(X + 4, 90, 7, n2), StreamStop(),
+            StreamAbort(X, X + 3),                          # back past the Relation
+            Begin(1100, 5, 12), rel2, *rows(None, 1_100, 4, n2), Commit(0, 1100, 1108, 5),
+            StreamStart(X, 0), *rows(X, 100, 5, n2), StreamStop(),
+            StreamCommit(Y, 0, 3000, 3008, 77),
+            BeginPrepare(3100, 3108, 50, Z, "g1"), *rows(None, 3_000, 13, n2),
+            Prepare(0, 3100, 3108, 50, Z, "g1"),
+            StreamStart(1200, 1), *rows(1200, 6_000, 5, n2), Truncate(1, (R,), 1200),
+            *rows(1200, 6_005, 3, n2), StreamStop(),
+            StreamCommit(X, 0, 4000, 4008, 88),
+            BeginPrepare(4100, 4108, 51, 1300, "g2"), *rows(None, 7_000, 6, n2),
+            Prepare(0, 4100, 4108, 51, 1300, "g2"),
+            RollbackPrepared(0, 4108, 4200, 52, 60, 1300, "g2"),
+            StreamStart(1400, 1), *rows(1400, 8_000, 11, n2), StreamStop(),
+            StreamPrepare(0, 4300, 4308, 89, 1400, "g3"),
+            CommitPrepared(0, 5000, 5008, 99, 1400, "g3"),
+            StreamCommit(1200, 0, 5100, 5108, 100),
+            Begin(5200, 5, 13), *rows(None, 9_000, 3, n2), Commit(0, 5200, 5208, 5),
+            CommitPrepared(0, 6000, 6008, 111, Z, "g1")]
+    raw = [encode_message(m) for m in msgs]
+    return raw, list(range(10_000, 10_000 + len(raw)))
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+@pytest.mark.parametrize("limit", [0, 3000, 1 << 30])
+@pytest.mark.parametrize("options", [{}, {"events": False}], ids=["both", "tables_only"])
+@pytest.mark.parametrize("step", [1, 9, 10_000])
+def test_streamed_typed_rows_kept_on_arrival(binary, limit, options, step, tmp_path):
+    """The native core keeps a streamed or prepared transaction's typed rows from their
+    check on arrival (builders of the spool's own), cuts them back at a subtransaction
+    abort and appends them at the commit to the rows committed before; past
+    max_pending_bytes, or at a Truncate, it drops them and decodes the spool again.
+    Either way: the same ChangeSets as the reference after every feed (every column
+    layout, old images, unchanged TOAST, specials, a Relation change), and what it
+    holds stays within the limit."""
+    msgs, lsns = _streamed_typed_rows_stream(binary)
+    decs = {name: make_decoder(impl, max_pending_bytes=limit, spill_dir=str(tmp_path), **options)
+            for name, impl in IMPLS.items()}
+    held = []
+    for k in range(0, len(msgs), step):
+        results = [run_feed(dec, pa.array(msgs[k:k + step], pa.binary()), lsns[k:k + step])
+                   for dec in decs.values()]
+        assert results[0][0] == "ok", results[0][:2]
+        assert_results_equal(*results, what=f"feed at {k}")
+        assert_pending_equal(decs, f"feed at {k}")
+        for key, nbytes in decs["native"]._core._typed_rows_held().items():
+            assert nbytes is None or nbytes <= limit, (k, key, nbytes)
+            held.append((key, nbytes))
+    kept = {key for key, n in held if n}
+    dropped = {key for key, n in held if n is None}
+    if limit == 1 << 30 and step == 1:
+        # all kept but the stream with a Truncate
+        assert {700, 800, 1000, "g1", 1400} <= kept and dropped == {1200}, (kept, dropped)
+    if limit == 0:
+        assert not kept and (step != 1 or dropped)
+
+
 @pytest.mark.parametrize("limit", [0, 1500, 6000, 1 << 30])
 @pytest.mark.parametrize("options", [{}, {"tables": False}], ids=["both", "events_only"])
 @pytest.mark.parametrize("step", [1, 7, 1000])
