@@ -1345,6 +1345,9 @@ cdef class Spool:
     cdef bint tb_side
     cdef dict first_tb                 # subxid -> (seq_next, {rb id: rows}) before its first message
     cdef Py_ssize_t seq_next           # rows the spooled changes make so far (the next _seq)
+    cdef Py_ssize_t others             # records other than changes ever spooled (Truncate,
+                                       # message, Origin): none, and a commit that kept every
+                                       # row has nothing to replay
     cdef public int32_t origin
     cdef public object xid
     cdef public object gid
@@ -1401,6 +1404,8 @@ cdef class Spool:
     cdef int append(self, int kind, bint in_stream, int32_t rb_id, const MsgRef *m,
                     Py_ssize_t limit, object spill_dir, int skip=0) except -1:
         """One record: the message, less its bytes 1..skip (a streamed change's xid)."""
+        if kind != REC_DML:
+            self.others += 1
         self.put(kind, in_stream, rb_id, m, skip)
         if self.mem.len > limit:
             self.spill(spill_dir)
@@ -2992,6 +2997,11 @@ cdef class DecoderCore:
         if self.want_tables and sp.tb_side:
             adopted = self._adopt(sp)              # so were the typed rows
         # the spool is replayed for what was not kept (and the logical messages)
+        if (sp.others == 0 and (events_kept or not self.want_events)
+                and (adopted or not self.want_tables)):
+            self.txn_messages = []
+            self._commit_rows()
+            return 0
         if events_kept:
             self.want_events = False
         if adopted:
