@@ -1986,54 +1986,48 @@ cdef inline bint cp_tuple2(const unsigned char *p, Py_ssize_t *pos_a, Py_ssize_t
     with cp_tuple, which then decides."""
     cdef Py_ssize_t a = pos_a[0], b = pos_b[0], at = 0
     cdef int c
-    cdef uint8_t k, ka, kb
-    cdef int32_t na, nb
+    cdef uint8_t k
     for c in range(ncols):
         k = ckind[c]
         pgo_prefetch(p + a + ROW_PREFETCH)         # (a hint: never faults, never read)
         pgo_prefetch(q + b + ROW_PREFETCH)
-        if end - a >= 5:
-            ka = p[a]
-            if ka == 110:
-                vn[at] = -1
-                a += 1
-            else:
-                if ka != k or k == 0:
-                    return 0
-                na = pgo_be32s(p + a + 1)
-                if <size_t>na > <size_t>(end - a - 5):
-                    return 0
-                vp[at] = p + a + 5
-                vn[at] = na
-                a += 5 + na
-        elif a < end and p[a] == 110:
-            vn[at] = -1
-            a += 1
-        else:
+        if not cp_value(p, &a, end, k, &vp[at], &vn[at]):
             return 0
-        if qend - b >= 5:
-            kb = q[b]
-            if kb == 110:
-                vn[at + 1] = -1
-                b += 1
-            else:
-                if kb != k or k == 0:
-                    return 0
-                nb = pgo_be32s(q + b + 1)
-                if <size_t>nb > <size_t>(qend - b - 5):
-                    return 0
-                vp[at + 1] = q + b + 5
-                vn[at + 1] = nb
-                b += 5 + nb
-        elif b < qend and q[b] == 110:
-            vn[at + 1] = -1
-            b += 1
-        else:
+        if not cp_value(q, &b, qend, k, &vp[at + 1], &vn[at + 1]):
             return 0
         at += stride
     pos_a[0] = a
     pos_b[0] = b
     return 1
+
+
+cdef inline bint cp_value(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t end, uint8_t k,
+                          const unsigned char **vp, int32_t *vn) noexcept nogil:
+    """One value of cp_tuple2 at p[*pos]: a null, or a value of kind k (a column's kind,
+    0 for none yet, which no value matches). 0: anything else, *pos left as it was."""
+    cdef Py_ssize_t at = pos[0]
+    cdef uint8_t kind
+    cdef int32_t n
+    if end - at >= 5:
+        kind = p[at]
+        if kind == 110:                          # 'n'
+            vn[0] = -1
+            pos[0] = at + 1
+            return 1
+        if kind != k or k == 0:
+            return 0
+        n = pgo_be32s(p + at + 1)
+        if <size_t>n > <size_t>(end - at - 5):   # (negative lengths wrap)
+            return 0
+        vp[0] = p + at + 5
+        vn[0] = n
+        pos[0] = at + 5 + n
+        return 1
+    if at < end and p[at] == 110:                # a null among the last bytes
+        vn[0] = -1
+        pos[0] = at + 1
+        return 1
+    return 0
 
 
 cdef inline bint cp_pair(const MsgRef *refs, Py_ssize_t r, int ncols, Py_ssize_t stride,
