@@ -179,6 +179,37 @@ cdef inline void meta_put_run(Meta *m, const MsgRef *refs, Py_ssize_t n, Ctx *ct
     ctx.seq = seq + n
 
 
+cdef void meta_put_kept(Meta *m, const Meta *src, Py_ssize_t n, const Ctx *ctx) noexcept nogil:
+    """src's n rows into room that meta_reserve made: their lsn, seq and op as written,
+    ctx's commit LSN, commit time, xid and origin (rows kept for a transaction that
+    commits now: ev_append, RelBuilders.adopt)."""
+    cdef Py_ssize_t r
+    cdef unsigned char *d
+    memcpy(m.lsn.data + m.lsn.len, src.lsn.data, <size_t>(8 * n))
+    memcpy(m.seq.data + m.seq.len, src.seq.data, <size_t>(8 * n))
+    memcpy(m.op.data + m.op.len, src.op.data, <size_t>n)
+    d = m.commit_lsn.data + m.commit_lsn.len
+    for r in range(n):
+        memcpy(d + 8 * r, &ctx.commit_lsn, 8)
+    d = m.commit_ts.data + m.commit_ts.len
+    for r in range(n):
+        memcpy(d + 8 * r, &ctx.commit_ts, 8)
+    d = m.xid.data + m.xid.len
+    for r in range(n):
+        memcpy(d + 8 * r, &ctx.xid, 8)
+    d = m.origin.data + m.origin.len
+    for r in range(n):
+        memcpy(d + 4 * r, &ctx.origin, 4)
+    m.lsn.len += 8 * n
+    m.commit_lsn.len += 8 * n
+    m.commit_ts.len += 8 * n
+    m.xid.len += 8 * n
+    m.seq.len += 8 * n
+    m.op.len += n
+    m.origin.len += 4 * n
+    m.rows += n
+
+
 cdef inline int meta_append(Meta *m, uint64_t lsn, Ctx *ctx, char op) noexcept nogil:
     cdef int64_t v = <int64_t>lsn
     cdef unsigned char o = <unsigned char>op
@@ -720,9 +751,8 @@ cdef int ev_append(EvStore *dst, const EvStore *src, const Ctx *ctx) noexcept no
     """Append src's rows to dst, with ctx's commit LSN, commit time, xid and origin (their
     lsn, seq and everything else as written). -1: no memory, -2: past int32 offsets;
     dst is then cut back to its rows before."""
-    cdef Py_ssize_t n = src.meta.rows, base = dst.meta.rows, r
+    cdef Py_ssize_t n = src.meta.rows, base = dst.meta.rows
     cdef Meta *m = &dst.meta
-    cdef unsigned char *d
     cdef int rc
     if n == 0:
         return 0
@@ -741,35 +771,12 @@ cdef int ev_append(EvStore *dst, const EvStore *src, const Ctx *ctx) noexcept no
     if rc < 0:
         ev_truncate(dst, base)
         return rc
-    memcpy(m.lsn.data + m.lsn.len, src.meta.lsn.data, <size_t>(8 * n))
-    memcpy(m.seq.data + m.seq.len, src.meta.seq.data, <size_t>(8 * n))
-    memcpy(m.op.data + m.op.len, src.meta.op.data, <size_t>n)
-    d = m.commit_lsn.data + m.commit_lsn.len
-    for r in range(n):
-        memcpy(d + 8 * r, &ctx.commit_lsn, 8)
-    d = m.commit_ts.data + m.commit_ts.len
-    for r in range(n):
-        memcpy(d + 8 * r, &ctx.commit_ts, 8)
-    d = m.xid.data + m.xid.len
-    for r in range(n):
-        memcpy(d + 8 * r, &ctx.xid, 8)
-    d = m.origin.data + m.origin.len
-    for r in range(n):
-        memcpy(d + 4 * r, &ctx.origin, 4)
-    m.lsn.len += 8 * n
-    m.commit_lsn.len += 8 * n
-    m.commit_ts.len += 8 * n
-    m.xid.len += 8 * n
-    m.seq.len += 8 * n
-    m.op.len += n
-    m.origin.len += 4 * n
-    m.rows += n
+    meta_put_kept(m, &src.meta, n, ctx)
     return 0
 
 
 # -- per relation version: typed builders ------------------------------------------
 
-@cython.final
 cdef Py_ssize_t col_nbytes(const Column *c) noexcept nogil:
     """Bytes a column's rows hold (its element column's too)."""
     cdef Py_ssize_t n = 0
@@ -779,6 +786,7 @@ cdef Py_ssize_t col_nbytes(const Column *c) noexcept nogil:
     return n
 
 
+@cython.final
 cdef class RelBuilders:
     """Typed column builders of one relation version (new image, old image, metadata)."""
     cdef readonly object version       # catalog.RelationVersion
@@ -886,12 +894,21 @@ cdef class RelBuilders:
         """Keep the first `rows` rows (their old images, specials and metadata)."""
         cdef const int32_t *at = <const int32_t *>self.before_rows.data
         cdef Py_ssize_t nb = self.nbefore
+        cdef int i
         while nb > 0 and at[nb - 1] >= rows:
             nb -= 1
         self.committed = rows
         self.committed_before = nb
         self.rollback()
         self.dirty = True
+        if rows == 0:
+            # (empty: no TOAST marks left, so the next rows may take the column pass)
+            for i in range(self.ncols):
+                self.cols[i].any_toast = False
+                self.cols[i].toast.len = 0
+                if self.before != NULL:
+                    self.before[i].any_toast = False
+                    self.before[i].toast.len = 0
 
     cdef int adopt(self, RelBuilders src, const Ctx *ctx) noexcept:
         """Append src's rows (builders of the same relation version: Spool.tb) with ctx's
@@ -901,8 +918,6 @@ cdef class RelBuilders:
         these builders back (they held only committed rows)."""
         cdef Py_ssize_t n = src.meta.rows, base = self.meta.rows, r, nb = src.nbefore
         cdef Meta *m = &self.meta
-        cdef const Meta *sm = &src.meta
-        cdef unsigned char *d
         cdef int32_t *rows
         cdef int i, rc
         if n == 0:
@@ -929,29 +944,7 @@ cdef class RelBuilders:
             self.nbefore += nb
         if meta_reserve(m, n) < 0:
             return -1
-        memcpy(m.lsn.data + m.lsn.len, sm.lsn.data, <size_t>(8 * n))
-        memcpy(m.seq.data + m.seq.len, sm.seq.data, <size_t>(8 * n))
-        memcpy(m.op.data + m.op.len, sm.op.data, <size_t>n)
-        d = m.commit_lsn.data + m.commit_lsn.len
-        for r in range(n):
-            memcpy(d + 8 * r, &ctx.commit_lsn, 8)
-        d = m.commit_ts.data + m.commit_ts.len
-        for r in range(n):
-            memcpy(d + 8 * r, &ctx.commit_ts, 8)
-        d = m.xid.data + m.xid.len
-        for r in range(n):
-            memcpy(d + 8 * r, &ctx.xid, 8)
-        d = m.origin.data + m.origin.len
-        for r in range(n):
-            memcpy(d + 4 * r, &ctx.origin, 4)
-        m.lsn.len += 8 * n
-        m.commit_lsn.len += 8 * n
-        m.commit_ts.len += 8 * n
-        m.xid.len += 8 * n
-        m.seq.len += 8 * n
-        m.op.len += n
-        m.origin.len += 4 * n
-        m.rows += n
+        meta_put_kept(m, &src.meta, n, ctx)
         return 0
 
     cdef int ensure_before(self) except -1:
