@@ -72,7 +72,7 @@ cdef enum RecKind:
 # only decides where a subtransaction abort cuts, which note_xid records on arrival), so
 # every REC_DML record is a plain I/U/D with its relid at byte 1, as _fast_run reads it.
 DEF REC_HEAD = 18
-DEF SPOOL_RUN_ROWS = 4096         # changes checked by one dry-run write (then undone)
+DEF SPOOL_RUN_ROWS = 4096         # changes checked by one write (kept by the spool, or undone)
 DEF EV_SPARE_MAX = 64 << 20       # an emptied spool EvStore up to this size is kept for the next
 
 
@@ -3233,9 +3233,10 @@ cdef class DecoderCore:
 
     cdef int _spool_run(self, const MsgRef *refs, Py_ssize_t *index, Py_ssize_t nrefs) except -1:
         """Check and spool a run of changes of one relation from refs[*index] (in S..E, b..P
-        or a spooled B..C), as _on_dml does one at a time: a dry-run write of the whole run
-        (typed tables only: through _fast_run, and _write_dml for what it leaves; else
-        _write_dml, change by change), undone at once, then the spool. Nothing a change's
+        or a spooled B..C), as _on_dml does one at a time: a write of the whole run
+        (through _run_fast, and _write_dml for what it leaves), then the spool. Where the
+        spool keeps rows (its EvStore, _side; its typed builders, _tb_for) they stay;
+        whatever else was written is undone at once (a dry run). Nothing a change's
         check decides depends on the changes before it in the builders or the event
         buffers, so one undo per run is the undo after each. *index ends at the first
         message not taken (the caller dispatches it), or at the bad one when the check
@@ -3342,7 +3343,8 @@ cdef class DecoderCore:
             # (outside B..C, and in a spooled one whose rows were dropped, the builders
             # hold only committed rows and the event buffers nothing uncommitted, so
             # undoing this one change is undoing rb and the events). Where the spool keeps
-            # event rows (_side), this change's event row is written into it and stays.
+            # event rows (_side) or typed rows (_tb_for), this change's rows are written
+            # into it and stay.
             c.pos = start
             seq = self.ctx.seq
             was_dirty = rb.dirty

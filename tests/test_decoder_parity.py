@@ -1048,10 +1048,12 @@ def test_spooled_runs_stop_mid_block(binary, breaker, at, deletes, wrap):
     """The same runs held back and replayed: in a streamed transaction (two stream
     blocks, the second starting inside the run, then a block of an aborted
     subtransaction) and in a prepared one. The native core checks a run of spooled
-    changes on arrival with one dry-run write through the column pass, undone at once,
-    and replays the spool at the commit in runs through it again: the same ChangeSet,
-    or the same error at the same message, as the reference decoder checking and
-    replaying one change at a time; fed whole and in two batches cut inside the run."""
+    changes on arrival with one write through the column pass into the spool's own
+    typed builders, which keep the rows until the commit appends them (or, for what
+    they do not keep, replays the spool in runs through the column pass again): the
+    same ChangeSet, or the same error at the same message, as the reference decoder
+    checking and replaying one change at a time; fed whole and in two batches cut
+    inside the run."""
     _column_pass_case(binary, breaker, at, deletes, wrap)
 
 
@@ -1063,8 +1065,8 @@ def test_spooled_runs_stop_mid_block(binary, breaker, at, deletes, wrap):
 def test_spooled_event_runs_stop_mid_block(binary, breaker, deletes, wrap, tables):
     """The same spooled runs for a decoder of the change-event table (alone, or with the
     typed tables), whose arrival check writes a whole run's events into the spool's
-    event rows (and the typed tables' dry run, undone at once): the same events, or the
-    same error at the same message, as the reference decoder."""
+    event rows (and its typed rows into the spool's typed builders): the same events,
+    or the same error at the same message, as the reference decoder."""
     _column_pass_case(binary, breaker, 1023, deletes, wrap, events=True, tables=tables)
 
 
