@@ -179,6 +179,12 @@ cdef inline void meta_put_run(Meta *m, const MsgRef *refs, Py_ssize_t n, Ctx *ct
     ctx.seq = seq + n
 
 
+cdef inline Py_ssize_t meta_nbytes(const Meta *m) noexcept nogil:
+    """Bytes the metadata rows hold (what counts against max_pending_bytes)."""
+    return (m.lsn.len + m.commit_lsn.len + m.commit_ts.len + m.xid.len + m.seq.len
+            + m.op.len + m.origin.len)
+
+
 cdef void meta_put_kept(Meta *m, const Meta *src, Py_ssize_t n, const Ctx *ctx) noexcept nogil:
     """src's n rows into room that meta_reserve made: their lsn, seq and op as written,
     ctx's commit LSN, commit time, xid and origin (rows kept for a transaction that
@@ -564,10 +570,8 @@ cdef void ev_free(EvStore *e) noexcept nogil:
 
 cdef Py_ssize_t ev_nbytes(const EvStore *e) noexcept nogil:
     """Bytes the rows hold (what counts against max_pending_bytes)."""
-    cdef Py_ssize_t n = (e.meta.lsn.len + e.meta.commit_lsn.len + e.meta.commit_ts.len
-                         + e.meta.xid.len + e.meta.seq.len + e.meta.op.len + e.meta.origin.len
-                         + e.relid.len + e.rb.len + e.before_kind.len + e.trunc.len
-                         + e.toast_off.len + e.toast_ids.len)
+    cdef Py_ssize_t n = (meta_nbytes(&e.meta) + e.relid.len + e.rb.len + e.before_kind.len
+                         + e.trunc.len + e.toast_off.len + e.toast_ids.len)
     return n + map_nbytes(&e.before) + map_nbytes(&e.after)
 
 
@@ -590,7 +594,7 @@ cdef Py_ssize_t map_capacity(const MapB *mb) noexcept nogil:
 cdef Py_ssize_t map_nbytes(const MapB *mb) noexcept nogil:
     cdef Py_ssize_t n = mb.offsets.len + mb.valid.len + mb.key_ids.len
     if mb.values != NULL:
-        n += mb.values.data.len + mb.values.offsets.len + mb.values.validity.len
+        n += col_nbytes(mb.values)
     return n
 
 
@@ -880,9 +884,7 @@ cdef class RelBuilders:
 
     cdef Py_ssize_t nbytes(self) noexcept:
         """Bytes the rows hold (what counts against max_pending_bytes)."""
-        cdef Py_ssize_t n = (self.meta.lsn.len + self.meta.commit_lsn.len + self.meta.commit_ts.len
-                             + self.meta.xid.len + self.meta.seq.len + self.meta.op.len
-                             + self.meta.origin.len + self.before_rows.len + self.before_kind.len)
+        cdef Py_ssize_t n = meta_nbytes(&self.meta) + self.before_rows.len + self.before_kind.len
         cdef int i
         for i in range(self.ncols):
             n += col_nbytes(self.cols[i])
