@@ -381,7 +381,7 @@ cdef dict meta_export(Meta *m, object origins, str prefix):
 cdef struct MapB:
     Buf offsets        # int32 entry end offsets per row (offsets[0] = 0 written lazily)
     Buf valid          # bit per row
-    Buf key_ids        # int32 global column-name id per entry
+    Column *keys       # string per entry: the column's name, written with its value
     Column *values     # string per entry (null = SQL NULL)
     Py_ssize_t rows
 
@@ -395,11 +395,72 @@ cdef inline int map_begin(MapB *mb) noexcept nogil:
         mb.values = col_new(K_TEXT, LAYOUT_VARLEN, 0)
         if mb.values == NULL:
             return -1
+    if mb.values.offsets.len == 0:        # (ev_map_row writes each value's end only)
+        if buf_append(&mb.values.offsets, &zero, 4) < 0:
+            return -1
+    if mb.keys == NULL:
+        mb.keys = col_new(K_TEXT, LAYOUT_VARLEN, 0)
+        if mb.keys == NULL:
+            return -1
+    if mb.keys.offsets.len == 0:          # (map_key writes each entry's end only)
+        if buf_append(&mb.keys.offsets, &zero, 4) < 0:
+            return -1
+    return 0
+
+
+cdef inline int map_key(MapB *mb, const unsigned char *names, const int32_t *name_end,
+                        int c) noexcept nogil:
+    """The next entry's key: column c's name, names[name_end[c]:name_end[c + 1]] (names
+    has 8 bytes of room past the last one, so that a short name is one 8-byte copy).
+    After map_begin. -1: no memory; -2: the keys passed 2 GiB (int32 offsets)."""
+    cdef Column *k = mb.keys
+    cdef int32_t s = name_end[c]
+    cdef int32_t ln = name_end[c + 1] - s
+    cdef int32_t end
+    if k.data.cap - k.data.len < ln + 8 and buf_reserve(&k.data, ln + 8) < 0:
+        return -1
+    if ln <= 8:
+        memcpy(k.data.data + k.data.len, names + s, 8)
+    else:
+        memcpy(k.data.data + k.data.len, names + s, <size_t>ln)
+    if k.data.len + ln > 0x7FFFFFFF:
+        return -2
+    k.data.len += ln
+    end = <int32_t>k.data.len
+    if buf_append4(&k.offsets, &end) < 0:
+        return -1
+    k.length += 1
+    return 0
+
+
+cdef inline int map_keys_all(MapB *mb, const unsigned char *names, const int32_t *name_end,
+                             int ncols) noexcept nogil:
+    """The keys of a row that has every column: the names in one copy, and their ends.
+    After map_begin. -1: no memory; -2: past 2 GiB."""
+    cdef Column *k = mb.keys
+    cdef int32_t total = name_end[ncols]
+    cdef int32_t base
+    cdef int32_t *o
+    cdef int c
+    if k.data.len + total > 0x7FFFFFFF:
+        return -2
+    if ((k.data.cap - k.data.len < total and buf_reserve(&k.data, total) < 0)
+            or (k.offsets.cap - k.offsets.len < 4 * ncols and buf_reserve(&k.offsets, 4 * ncols) < 0)):
+        return -1
+    if total:
+        memcpy(k.data.data + k.data.len, names, <size_t>total)
+    base = <int32_t>k.data.len
+    o = <int32_t *>(k.offsets.data + k.offsets.len)
+    for c in range(ncols):
+        o[c] = base + name_end[c + 1]
+    k.data.len += total
+    k.offsets.len += 4 * ncols
+    k.length += ncols
     return 0
 
 
 cdef inline int map_end_row(MapB *mb, bint valid) noexcept nogil:
-    cdef int32_t end = <int32_t>(mb.key_ids.len >> 2)
+    cdef int32_t end = <int32_t>(mb.keys.length if mb.keys != NULL else 0)
     if mb.offsets.len == 0 and map_begin(mb) < 0:
         return -1
     if buf_append(&mb.offsets, &end, 4) < 0 or bit_set(&mb.valid, mb.rows, valid) < 0:
@@ -416,7 +477,8 @@ cdef void map_truncate(MapB *mb, Py_ssize_t rows) noexcept nogil:
     if mb.offsets.len >= 4 * (rows + 1):
         memcpy(&end, mb.offsets.data + 4 * rows, 4)
         mb.offsets.len = 4 * (rows + 1)
-    mb.key_ids.len = 4 * end
+    if mb.keys != NULL:
+        col_truncate(mb.keys, end)
     if mb.values != NULL:
         col_truncate(mb.values, end)
     mb.valid.len = (rows + 7) >> 3
@@ -428,8 +490,10 @@ cdef int map_split(MapB *mb, Py_ssize_t n, MapB *t) noexcept nogil:
     cdef int32_t base, end
     if offsets_split(&mb.offsets, n, mb.rows, &t.offsets, &base, &end) < 0:
         return -1
-    if buf_split(&mb.key_ids, 4 * <Py_ssize_t>base, &t.key_ids) < 0:
-        return -1
+    if mb.keys != NULL:
+        t.keys = col_split(mb.keys, base)
+        if t.keys == NULL:
+            return -1
     if mb.values != NULL:
         t.values = col_split(mb.values, base)
         if t.values == NULL:
@@ -442,8 +506,10 @@ cdef int map_split(MapB *mb, Py_ssize_t n, MapB *t) noexcept nogil:
 
 
 cdef void map_free(MapB *mb) noexcept nogil:
-    buf_free(&mb.offsets); buf_free(&mb.valid); buf_free(&mb.key_ids)
+    buf_free(&mb.offsets); buf_free(&mb.valid)
+    col_free(mb.keys)
     col_free(mb.values)
+    mb.keys = NULL
     mb.values = NULL
     mb.rows = 0
 
@@ -525,13 +591,11 @@ cdef object _strings_by_id_np(list values, object ids):
     return _strings_by_id(values, &v[0], v.shape[0])
 
 
-cdef object map_export(MapB *mb, object names):
+cdef object map_export(MapB *mb):
     cdef Py_ssize_t n = mb.rows
-    cdef Py_ssize_t nentries = mb.key_ids.len >> 2
     if map_begin(mb) < 0:
         raise MemoryError()
-    keys = _strings_by_id(names, <const int32_t *>mb.key_ids.data, nentries)
-    mb.key_ids.len = 0
+    keys = col_export(mb.keys, pa.string())
     values = col_export(mb.values, pa.string())
     entries = pa.StructArray.from_arrays([keys, values], fields=[MAP_TYPE.key_field, MAP_TYPE.item_field])
     valid = np.unpackbits(np.frombuffer(_take_buf(&mb.valid, (n + 7) >> 3), np.uint8),
@@ -585,14 +649,18 @@ cdef Py_ssize_t ev_capacity(const EvStore *e) noexcept nogil:
 
 
 cdef Py_ssize_t map_capacity(const MapB *mb) noexcept nogil:
-    cdef Py_ssize_t n = mb.offsets.cap + mb.valid.cap + mb.key_ids.cap
+    cdef Py_ssize_t n = mb.offsets.cap + mb.valid.cap
+    if mb.keys != NULL:
+        n += mb.keys.data.cap + mb.keys.offsets.cap
     if mb.values != NULL:
         n += mb.values.data.cap + mb.values.offsets.cap + mb.values.validity.cap
     return n
 
 
 cdef Py_ssize_t map_nbytes(const MapB *mb) noexcept nogil:
-    cdef Py_ssize_t n = mb.offsets.len + mb.valid.len + mb.key_ids.len
+    cdef Py_ssize_t n = mb.offsets.len + mb.valid.len
+    if mb.keys != NULL:
+        n += col_nbytes(mb.keys)
     if mb.values != NULL:
         n += col_nbytes(mb.values)
     return n
@@ -737,12 +805,15 @@ cdef int map_append(MapB *dst, const MapB *src) noexcept nogil:
         return 0
     if map_begin(dst) < 0:
         return -1
-    rc = offsets_append(&dst.offsets, &src.offsets, n, dst.key_ids.len >> 2)
+    rc = offsets_append(&dst.offsets, &src.offsets, n, dst.keys.length)
     if rc < 0:
         return rc
-    if (bits_append(&dst.valid, dst.rows, &src.valid, n) < 0
-            or buf_append(&dst.key_ids, src.key_ids.data, src.key_ids.len) < 0):
+    if bits_append(&dst.valid, dst.rows, &src.valid, n) < 0:
         return -1
+    if src.keys != NULL:
+        rc = col_append(dst.keys, src.keys)
+        if rc < 0:
+            return rc
     if src.values != NULL:
         rc = col_append(dst.values, src.values)
         if rc < 0:
@@ -803,6 +874,9 @@ cdef class RelBuilders:
     cdef Buf before_kind               # 1 byte per old image: K / O
     cdef Py_ssize_t nbefore
     cdef int32_t *name_ids
+    cdef unsigned char *names          # the columns' names, UTF-8, end to end (+ 8 bytes)
+    cdef int32_t *name_end             # ncols + 1: names[name_end[i]:name_end[i + 1]] is column i's
+    cdef FmtMemo *fmemo                # per column: the change-event table's date / hour text
     cdef unsigned char *is_key
     cdef unsigned char *any_binary_committed   # per column: a committed 'b' value (unknown types)
     cdef int32_t *ctype                # per column: kind, precision, scale, elem_kind (C copy)
@@ -826,6 +900,9 @@ cdef class RelBuilders:
                 col_free(self.before[i])
             free(self.before)
         free(self.name_ids)
+        free(self.names)
+        free(self.name_end)
+        free(self.fmemo)
         free(self.is_key)
         free(self.any_binary_committed)
         free(self.ctype)
@@ -848,18 +925,32 @@ cdef class RelBuilders:
 
     cdef int init(self, object version, int rb_id, list name_ids) except -1:
         cdef int i
+        cdef bytes blob
         self.version = version
         self.id = rb_id
         self.relid = version.relid
         self.col_types = version.column_types
         self.ncols = len(version.columns)
+        encoded = [c.name.encode("utf-8") for c in version.columns]
+        blob = b"".join(encoded)
+        if len(blob) > 0x7FFFFFFF:
+            raise ValueError("column names longer than 2 GiB")
         self.name_ids = <int32_t *>malloc(sizeof(int32_t) * (self.ncols + 1))
+        self.names = <unsigned char *>calloc(len(blob) + 8, 1)
+        self.name_end = <int32_t *>malloc(sizeof(int32_t) * (self.ncols + 1))
+        self.fmemo = <FmtMemo *>malloc(sizeof(FmtMemo) * (self.ncols + 1))
         self.is_key = <unsigned char *>malloc(self.ncols + 1)
         self.any_binary_committed = <unsigned char *>calloc(self.ncols + 1, 1)
         self.ctype = <int32_t *>calloc(4 * self.ncols + 4, sizeof(int32_t))
-        if (self.name_ids == NULL or self.is_key == NULL or self.any_binary_committed == NULL
-                or self.ctype == NULL):
+        if (self.name_ids == NULL or self.names == NULL or self.name_end == NULL or self.fmemo == NULL
+                or self.is_key == NULL or self.any_binary_committed == NULL or self.ctype == NULL):
             raise MemoryError()
+        if len(blob):
+            memcpy(self.names, PyBytes_AS_STRING(blob), len(blob))
+        self.name_end[0] = 0
+        for i in range(self.ncols):
+            self.name_end[i + 1] = self.name_end[i] + <int32_t>len(encoded[i])
+            fmt_memo_init(&self.fmemo[i])
         for i in range(self.ncols):
             ct = self.col_types[i]
             self.ctype[4 * i] = ct.kind
@@ -2083,27 +2174,37 @@ cdef Py_ssize_t cp_rows(const MsgRef *refs, Py_ssize_t nrows, int ncols, Py_ssiz
 
 
 cdef int ev_map_row(MapB *mb, const unsigned char **vp, const int32_t *vn, const uint8_t *ckind,
-                    Py_ssize_t stride, int ncols, const int32_t *name_ids,
-                    const unsigned char *is_key, bint key_only, const int32_t *ctype) noexcept nogil:
+                    Py_ssize_t stride, int ncols, const unsigned char *names,
+                    const int32_t *name_end, const unsigned char *is_key, bint key_only,
+                    const int32_t *ctype, FmtMemo *memo) noexcept nogil:
     """One row of a change-event map from the row pass's values (vp/vn[column * stride],
     ckind per column), with exactly the entries _scan_tuple writes: 0 written (the row
     ended); 1 a value this loop leaves to the row-wise scan (a high-bit "char", text
     that is not UTF-8, a binary value the formatter rejects, 2 GiB of values), which
     then writes the row or reports it; -1 no memory. On 1 and -1 the row is left begun:
-    map_truncate drops its entries."""
+    map_truncate drops its entries. memo: the columns' FmtMemo (dates, timestamps)."""
     cdef Column *vals
     cdef int c, rc
-    cdef int32_t n, k
+    cdef int32_t n, k, end
     cdef const unsigned char *p
     cdef const char *why = NULL
-    if map_begin(mb) < 0 or buf_reserve(&mb.key_ids, 4 * ncols) < 0:
+    if map_begin(mb) < 0:
         return -1
+    if not key_only:
+        rc = map_keys_all(mb, names, name_end, ncols)
+        if rc != 0:
+            return 1 if rc == -2 else -1
     vals = mb.values
+    # room for the row's value offsets: each value's end is one store below
+    if vals.offsets.cap - vals.offsets.len < 4 * ncols and buf_reserve(&vals.offsets, 4 * ncols) < 0:
+        return -1
     for c in range(ncols):
-        if key_only and not is_key[c]:
-            continue                             # 'K' image: not part of the key
-        memcpy(mb.key_ids.data + mb.key_ids.len, &name_ids[c], 4)
-        mb.key_ids.len += 4
+        if key_only:
+            if not is_key[c]:
+                continue                         # 'K' image: not part of the key
+            rc = map_key(mb, names, name_end, c)
+            if rc != 0:
+                return 1 if rc == -2 else -1
         n = vn[c * stride]
         if n < 0:
             if col_end_row(vals, 0, 0) < 0:
@@ -2119,14 +2220,16 @@ cdef int ev_map_row(MapB *mb, const unsigned char **vp, const int32_t *vn, const
                 if k == K_CHAR or utf8_invalid_at(p, n) >= 0:
                     return 1
             vals.data.len += n
-        elif fmt_binary_as_text(ctype[4 * c], ctype[4 * c + 1], ctype[4 * c + 2], ctype[4 * c + 3],
-                                p, n, &vals.data, &why) < 0:
+        elif fmt_column_value(k, ctype + 4 * c, p, n, &vals.data, memo + c, &why) < 0:
             return 1
-        rc = col_end_valid(vals)
-        if rc == -2:
-            return 1
-        if rc < 0:
+        if vals.data.len > 0x7FFFFFFF:
+            return 1                             # (int32 offsets: the row-wise scan reports)
+        end = <int32_t>vals.data.len
+        memcpy(vals.offsets.data + vals.offsets.len, &end, 4)
+        vals.offsets.len += 4
+        if vals.nulls and bit_set(&vals.validity, vals.length, 1) < 0:
             return -1
+        vals.length += 1
     if map_end_row(mb, 1) < 0:
         return -1
     return 0
@@ -3727,8 +3830,9 @@ cdef class DecoderCore:
             while done < got:
                 r = done
                 if olds != BLOCK_NEW:       # the old image: 'K' (key columns) or 'O'
-                    rc = ev_map_row(&e.before, vp + r, vn + r, ckind, stride, ncols, rb.name_ids,
-                                    rb.is_key, refs[i + r].p[5 + xo] == 75, rb.ctype)
+                    rc = ev_map_row(&e.before, vp + r, vn + r, ckind, stride, ncols, rb.names,
+                                    rb.name_end, rb.is_key, refs[i + r].p[5 + xo] == 75, rb.ctype,
+                                    rb.fmemo)
                 elif map_end_row(&e.before, 0) < 0:
                     rc = -1
                 if rc != 0:
@@ -3737,8 +3841,8 @@ cdef class DecoderCore:
                     if map_end_row(&e.after, 0) < 0:
                         rc = -1
                 else:
-                    rc = ev_map_row(&e.after, vp2 + r, vn2 + r, ckind2, stride, ncols, rb.name_ids,
-                                    rb.is_key, False, rb.ctype)
+                    rc = ev_map_row(&e.after, vp2 + r, vn2 + r, ckind2, stride, ncols, rb.names,
+                                    rb.name_end, rb.is_key, False, rb.ctype, rb.fmemo)
                 if rc != 0:
                     break
                 done += 1
@@ -4053,8 +4157,8 @@ cdef class DecoderCore:
                     if col_end_row(cols[i], 0, 0) < 0:
                         raise MemoryError()
                 elif not (key_only and not rb.is_key[i]):
-                    if (buf_append(&mb.key_ids, &rb.name_ids[i], 4) < 0
-                            or col_end_row(mb.values, 0, 0) < 0):
+                    self._ev_key(mb, rb, i, m)
+                    if col_end_row(mb.values, 0, 0) < 0:
                         raise MemoryError()
             elif kind == 117:                        # 'u'
                 if is_old:
@@ -4147,12 +4251,20 @@ cdef class DecoderCore:
             raise MemoryError()
         return 0
 
+    cdef int _ev_key(self, MapB *mb, RelBuilders rb, int i, const MsgRef *m) except -1:
+        cdef int rc = map_key(mb, rb.names, rb.name_end, i)
+        if rc == -2:
+            self._fail("the change-event table holds more than 2 GiB of column names in one "
+                       "batch; feed smaller batches", m, 0)
+        if rc < 0:
+            raise MemoryError()
+        return 0
+
     cdef int _ev_value(self, MapB *mb, RelBuilders rb, int i, uint8_t kind,
                        const unsigned char *p, Py_ssize_t n, const MsgRef *m, Py_ssize_t at) except -1:
         cdef const char *why = NULL
         cdef int rc
-        if buf_append(&mb.key_ids, &rb.name_ids[i], 4) < 0:
-            raise MemoryError()
+        self._ev_key(mb, rb, i, m)
         if kind == 116:
             if n == 1 and p[0] >= 0x80 and rb.ctype[4 * i] == K_CHAR:
                 # "char" from PostgreSQL 14: the raw byte; shown as 15's \ooo, as typed
@@ -4163,8 +4275,8 @@ cdef class DecoderCore:
             elif col_push_bytes(mb.values, p, n) < 0:
                 raise MemoryError()
         else:
-            rc = fmt_binary_as_text(rb.ctype[4 * i], rb.ctype[4 * i + 1], rb.ctype[4 * i + 2],
-                                    rb.ctype[4 * i + 3], p, n, &mb.values.data, &why)
+            rc = fmt_column_value(rb.ctype[4 * i], rb.ctype + 4 * i, p, n, &mb.values.data,
+                                  rb.fmemo + i, &why)
             if rc < 0:
                 self._value_fail(m, rb, i, kind, p, n, why, at)
         rc = col_end_valid(mb.values)
@@ -4258,8 +4370,8 @@ cdef class DecoderCore:
         kinds = _np_from_buf(&self.ev.before_kind, np.uint8, n)
         kind_idx = np.where(kinds == 75, 0, np.where(kinds == 79, 1, -1)).astype(np.int32)
         before_kind = _strings_by_id_np(["K", "O"], kind_idx)
-        before = map_export(&self.ev.before, self.names)
-        after = map_export(&self.ev.after, self.names)
+        before = map_export(&self.ev.before)
+        after = map_export(&self.ev.after)
         if self.ev.toast_off.len == 0:
             toast_off = np.zeros(n + 1, np.int32)
         else:

@@ -220,15 +220,13 @@ cdef inline int fmt_hex(Buf *out, const char *prefix, const unsigned char *p, Py
 # -- float4 / float8: shortest round-trip digits, laid out like PostgreSQL's Ryu -----
 #
 # The digits come from shortest.h, this project's Ryu (with PostgreSQL's choices: an
-# exact halfway decimal never prints); fmt_float_layout places the point as
+# exact halfway decimal never prints); fmt_w_float places the point as
 # float8out/float4out do.
 
 cdef int fmt_float(Buf *out, const unsigned char *p, bint single, const char **why) noexcept nogil:
     """float4out/float8out with extra_float_digits > 0 of the big-endian value at p:
     Ryu's shortest round-trip digits, fixed notation for decimal exponents
     -4 <= e < 15 (float4: < 6), else d.ddde±XX."""
-    cdef char best[24]
-    cdef int nd, exp10
     cdef char *w
     cdef uint64_t bits = pgo_be32(p) if single else pgo_be64(p)
     cdef int exp_bits = 8 if single else 11
@@ -261,57 +259,61 @@ cdef int fmt_float(Buf *out, const unsigned char *p, bint single, const char **w
         dec = pgo_d2d(bits)
         digits = dec.mantissa
         exp_dec = dec.exponent
-    nd = <int>(fmt_w_u64(best, digits, 0) - best)
-    exp10 = exp_dec + nd - 1
-    return fmt_float_layout(out, w, best, nd, exp10, 6 if single else 15)
+    fmt_commit(out, fmt_w_float(w, digits, exp_dec, 6 if single else 15))
+    return 0
 
 
-cdef int fmt_float_layout(Buf *out, char *w, const char *best, int p, int best_exp,
-                          int fixed_hi) noexcept nogil:
-    """Write the value d1.d2…dp * 10**best_exp (digits best[0:p]) at w, in out's room:
-    fixed notation for -4 <= best_exp < fixed_hi, else d.ddde±XX; trailing zeros go."""
-    cdef int nd = p, i
-    while nd > 1 and best[nd - 1] == 48:
-        nd -= 1
-    if -4 <= best_exp < fixed_hi:
-        if best_exp < 0:
+cdef inline int fmt_ndigits(uint64_t v) noexcept nogil:
+    """Decimal digits of v (1 for 0)."""
+    cdef int n = ((64 - pgo_clz64(v | 1)) * 1233) >> 12
+    return n + ((v | 1) >= pgo_pow10_u128[n].lo)
+
+
+cdef char *fmt_w_float(char *w, uint64_t digits, int32_t exp_dec, int fixed_hi) noexcept nogil:
+    """Write digits * 10**exp_dec (digits > 0) at w as float8out lays it out: fixed
+    notation for decimal exponents -4 <= e < fixed_hi, else d.ddde±XX; no trailing
+    zeros. The digits go straight to w, split at the point by one division."""
+    cdef int nd, e, i, lo_n
+    cdef uint64_t scale
+    while digits % 10 == 0:              # (integers come with their trailing zeros)
+        digits //= 10
+        exp_dec += 1
+    nd = fmt_ndigits(digits)
+    e = exp_dec + nd - 1                 # the first digit's decimal exponent
+    if -4 <= e < fixed_hi:
+        if e < 0:                        # 0.000ddd
             w[0] = 48
             w[1] = 46
             w += 2
-            for i in range(-best_exp - 1):
+            for i in range(-e - 1):
                 w[0] = 48
                 w += 1
-            for i in range(nd):
-                w[0] = best[i]
-                w += 1
-        else:
-            for i in range(nd):
-                if i == best_exp + 1:
-                    w[0] = 46
-                    w += 1
-                w[0] = best[i]
-                w += 1
-            for i in range(nd, best_exp + 1):
+            return fmt_w_u64(w, digits, 0)
+        if nd <= e + 1:                  # ddd000
+            w = fmt_w_u64(w, digits, 0)
+            for i in range(e + 1 - nd):
                 w[0] = 48
                 w += 1
+            return w
+        lo_n = nd - e - 1                # ddd.ddd
     else:
-        w[0] = best[0]
-        w += 1
-        if nd > 1:
-            w[0] = 46
-            w += 1
-            for i in range(1, nd):
-                w[0] = best[i]
-                w += 1
-        w[0] = 101
-        if best_exp < 0:
-            w[1] = 45
-            best_exp = -best_exp
-        else:
-            w[1] = 43
-        w = fmt_w_u64(w + 2, <uint64_t>best_exp, 2)
-    fmt_commit(out, w)
-    return 0
+        lo_n = nd - 1                    # d.ddde±XX
+    if lo_n > 0:
+        scale = pgo_pow10_u128[lo_n].lo
+        w = fmt_w_u64(w, digits // scale, 0)
+        w[0] = 46
+        w = fmt_w_u64(w + 1, digits % scale, lo_n)
+    else:
+        w = fmt_w_u64(w, digits, 0)
+    if -4 <= e < fixed_hi:
+        return w
+    w[0] = 101
+    if e < 0:
+        w[1] = 45
+        e = -e
+    else:
+        w[1] = 43
+    return fmt_w_u64(w + 2, <uint64_t>e, 2)
 
 
 # -- numeric -----------------------------------------------------------------------
@@ -596,6 +598,96 @@ cdef int fmt_timestamp(Buf *out, int64_t ts, bint with_zone, const char **why) n
     if year <= 0:
         w = fmt_w_str(w, b" BC")
     fmt_commit(out, w)
+    return 0
+
+
+# -- a column's memo of its last date and hour ------------------------------------
+# The change-event table writes each binary date and timestamp as text. A column's
+# values mostly fall in the same day (dates) or hour (timestamps) as the value before,
+# so the column keeps that day's or hour's text: 'YYYY-MM-DD' or 'YYYY-MM-DD HH:',
+# written by fmt_j2date and fmt_w_date only when the day or hour changes.
+
+cdef struct FmtMemo:
+    int64_t key          # the day (dates) or hour (timestamps, floor of µs / 1 h) of text
+    int32_t len          # bytes of text
+    bint bc              # timestamps: year <= 0, " BC" follows the value
+    char text[24]        # at most 16 bytes ('294276-12-31 23:', '5874897-12-31 BC')
+
+
+cdef inline void fmt_memo_init(FmtMemo *m) noexcept nogil:
+    m.key = INT64_MIN    # (no date or hour formats through the memo with this key)
+    m.len = 0
+    m.bc = False
+
+
+@cython.cdivision(True)
+cdef int fmt_timestamp_memo(Buf *out, int64_t ts, bint with_zone, FmtMemo *m,
+                            const char **why) noexcept nogil:
+    """fmt_timestamp, the date and hour from the column's memo."""
+    cdef int64_t hour, day, t, minute, sec
+    cdef int year, mon, mday
+    cdef char *w
+    cdef char *e
+    if ts == INT64_MIN or ts == INT64_MAX or ts < FMT_MIN_TIMESTAMP or ts >= FMT_END_TIMESTAMP:
+        return fmt_timestamp(out, ts, with_zone, why)
+    w = fmt_room(out, 64)
+    if w == NULL:
+        why[0] = FMT_E_NOMEM
+        return -1
+    hour = ts // FMT_USECS_PER_HOUR      # C division: truncates toward zero
+    if hour * FMT_USECS_PER_HOUR > ts:
+        hour -= 1
+    if hour != m.key:
+        day = hour // 24
+        if day * 24 > hour:
+            day -= 1
+        fmt_j2date(<int>(day + FMT_POSTGRES_EPOCH_JDATE), &year, &mon, &mday)
+        e = fmt_w_date(m.text, year, mon, mday)
+        e[0] = 32
+        e = fmt_w_u64(e + 1, <uint64_t>(hour - day * 24), 2)
+        e[0] = 58
+        m.len = <int32_t>(e + 1 - m.text)
+        m.bc = year <= 0
+        m.key = hour
+    memcpy(w, m.text, 16)
+    w += m.len
+    t = ts - hour * FMT_USECS_PER_HOUR
+    minute = t // FMT_USECS_PER_MINUTE
+    t -= minute * FMT_USECS_PER_MINUTE
+    sec = t // FMT_USECS_PER_SEC
+    t -= sec * FMT_USECS_PER_SEC
+    w = fmt_w_u64(w, <uint64_t>minute, 2)
+    w[0] = 58
+    w = fmt_w_seconds(w + 1, <int>sec, <int>t)
+    if with_zone:
+        w = fmt_w_str(w, b"+00")
+    if m.bc:
+        w = fmt_w_str(w, b" BC")
+    fmt_commit(out, w)
+    return 0
+
+
+cdef int fmt_date_memo(Buf *out, int32_t d, FmtMemo *m, const char **why) noexcept nogil:
+    """fmt_date, the text from the column's memo."""
+    cdef int year, mon, mday
+    cdef char *w
+    cdef char *e
+    if (d == INT32_MIN or d == INT32_MAX or d < -FMT_POSTGRES_EPOCH_JDATE
+            or d >= FMT_DATE_END_JULIAN - FMT_POSTGRES_EPOCH_JDATE):
+        return fmt_date(out, d, why)
+    w = fmt_room(out, 32)
+    if w == NULL:
+        why[0] = FMT_E_NOMEM
+        return -1
+    if d != m.key:
+        fmt_j2date(d + FMT_POSTGRES_EPOCH_JDATE, &year, &mon, &mday)
+        e = fmt_w_date(m.text, year, mon, mday)
+        if year <= 0:
+            e = fmt_w_str(e, b" BC")
+        m.len = <int32_t>(e - m.text)
+        m.key = d
+    memcpy(w, m.text, 16)
+    fmt_commit(out, w + m.len)
     return 0
 
 
@@ -1165,6 +1257,49 @@ cdef int fmt_binary_as_text(int kind, int precision, int scale, int elem_kind,
     return 0
 
 
+cdef inline int fmt_column_value(int32_t k, const int32_t *ct, const unsigned char *p, Py_ssize_t n,
+                              Buf *out, FmtMemo *memo, const char **why) noexcept nogil:
+    """fmt_binary_as_text for a value of a column: the common kinds written here, dates
+    and timestamps through the column's memo (the change-event table, and
+    format_binary_values). ct: the column's kind, precision, scale, elem_kind (k is
+    ct[0]). 0, or -1 with *why and out as it was."""
+    cdef char *w
+    if k == K_INT4 or k == K_INT8 or k == K_INT2:
+        if n == (4 if k == K_INT4 else 8 if k == K_INT8 else 2):
+            w = fmt_room(out, 24)
+            if w == NULL:
+                why[0] = FMT_E_NOMEM
+                return -1
+            if k == K_INT4:
+                w = fmt_w_i64(w, pgo_be32s(p))
+            elif k == K_INT8:
+                w = fmt_w_i64(w, pgo_be64s(p))
+            else:
+                w = fmt_w_i64(w, pgo_be16s(p))
+            fmt_commit(out, w)
+            return 0
+    elif k == K_BOOL:
+        if n == 1:
+            w = fmt_room(out, 1)
+            if w == NULL:
+                why[0] = FMT_E_NOMEM
+                return -1
+            w[0] = 116 if p[0] != 0 else 102
+            fmt_commit(out, w + 1)
+            return 0
+    elif k == K_FLOAT8:
+        if n == 8:
+            return fmt_float(out, p, False, why)
+    elif k == K_TIMESTAMP or k == K_TIMESTAMPTZ:
+        if n == 8:
+            return fmt_timestamp_memo(out, pgo_be64s(p), k == K_TIMESTAMPTZ, memo, why)
+    elif k == K_DATE:
+        if n == 4:
+            return fmt_date_memo(out, pgo_be32s(p), memo, why)
+    return fmt_binary_as_text(k, ct[1], ct[2], ct[3], p, n, out, why)
+
+
+
 def format_binary_values(column_type, values):
     """PostgreSQL text form of each binary value of one column.
 
@@ -1173,10 +1308,8 @@ def format_binary_values(column_type, values):
     bytes as surrogate escapes). Raises :class:`pgoutput_fast.DecodeError` on a
     malformed value.
     """
-    cdef int kind = column_type.kind
-    cdef int precision = column_type.precision
-    cdef int scale = column_type.scale
-    cdef int elem_kind = column_type.elem_kind
+    cdef int32_t ct[4]
+    cdef FmtMemo memo
     cdef Buf out
     cdef const char *why = NULL
     cdef const unsigned char *p
@@ -1188,6 +1321,11 @@ def format_binary_values(column_type, values):
     out.len = 0
     out.cap = 0
     out.hint = 0
+    ct[0] = column_type.kind
+    ct[1] = column_type.precision
+    ct[2] = column_type.scale
+    ct[3] = column_type.elem_kind
+    fmt_memo_init(&memo)
     try:
         for v in values:
             if v is None:
@@ -1198,7 +1336,7 @@ def format_binary_values(column_type, values):
             n = PyBytes_GET_SIZE(b)
             out.len = 0
             # GIL kept: buffer growth may touch the builders' shared block cache
-            rc = fmt_binary_as_text(kind, precision, scale, elem_kind, p, n, &out, &why)
+            rc = fmt_column_value(ct[0], ct, p, n, &out, &memo, &why)
             if rc < 0:
                 if why == FMT_E_NOMEM:
                     raise MemoryError()

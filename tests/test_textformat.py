@@ -463,6 +463,71 @@ def test_server_text_of_send_form(pg_cursor, name, sql_type, column_type, send, 
     check_rows(array_type, rows, f"{name}[]")
 
 
+US_PER_HOUR = 3_600_000_000
+US_PER_DAY = 24 * US_PER_HOUR
+TS_MIN_US = -211_813_488_000_000_000           # 4714-11-24 00:00:00 BC, in µs since 2000
+TS_END_US = 9_223_371_331_200_000_000          # 294277-01-01 00:00:00
+INT64_MAX, INT64_MIN = 2**63 - 1, -(2**63)     # infinity, -infinity
+
+
+def instants_in_runs(rnd):
+    """µs since 2000 in runs: neighbours in one hour, across an hour, a day and a year,
+    before 2000 and BC, at both ends of the range, with infinities between them, so that
+    the formatter's memo of a column's last date and hour both hits and misses."""
+    bases = [0, -1, US_PER_HOUR - 1, -US_PER_DAY, TS_MIN_US, TS_END_US - US_PER_HOUR,
+             TS_END_US - 1, -63_082_281_600_000_000,    # 0001-01-01 00:00:00 (-1 µs: 1 BC)
+             -946_684_800_000_000]                       # 1970-01-01
+    bases += [rnd.randrange(TS_MIN_US, TS_END_US) for _ in range(30)]
+    bases += [rnd.randrange(-800_000, 800_000) * US_PER_DAY + rnd.randrange(US_PER_DAY) for _ in range(30)]
+    out = []
+    for b in bases:
+        steps = [0, 1, 59_999_999, 60_000_000, 1, US_PER_HOUR - 1, US_PER_HOUR, -1, -US_PER_HOUR,
+                 US_PER_DAY, -US_PER_DAY, 365 * US_PER_DAY]
+        steps += [rnd.randrange(-US_PER_HOUR, US_PER_HOUR) for _ in range(6)]
+        v = b
+        for s in steps:
+            v = min(max(v + s, TS_MIN_US), TS_END_US - 1)
+            out.append(v)
+            if rnd.random() < 0.1:
+                out.append(rnd.choice([INT64_MAX, INT64_MIN]))
+    return out
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("sql_type, send, base, kind", [
+    ("timestamp", "timestamp_send", "2000-01-01 00:00:00", K_TIMESTAMP),
+    ("timestamptz", "timestamptz_send", "2000-01-01 00:00:00+00", K_TIMESTAMPTZ),
+    ("date", "date_send", "2000-01-01", K_DATE),
+])
+def test_server_dates_in_runs(pg_cursor, sql_type, send, base, kind):
+    """A column's dates and timestamps in the order a table sends them: the formatter
+    keeps the text of the last day (dates) or hour (timestamps) and writes only what
+    changed; every value must still be the server's text, whether the memo held it,
+    held the hour before, or an infinity came in between."""
+    rnd = random.Random(f"{SEED}-runs-{sql_type}")
+    us = instants_in_runs(rnd)
+    if kind == K_DATE:
+        values = [v if v in (INT64_MAX, INT64_MIN) else v // US_PER_DAY for v in us]
+        build = f"date '{base}' + u::int"
+    else:
+        values = us
+        build = f"{sql_type} '{base}' + (u || ' us')::interval"
+    rows = fetch(pg_cursor, f"SELECT format('%%s', v), encode({send}(v), 'hex') "
+                            f"FROM unnest(%s::bigint[]) WITH ORDINALITY AS t(u, i), "
+                            f"LATERAL (SELECT CASE WHEN u = {INT64_MAX} THEN 'infinity'::{sql_type} "
+                            f"WHEN u = {INT64_MIN} THEN '-infinity'::{sql_type} ELSE {build} END) AS x(v) "
+                            f"ORDER BY i", (values,))
+    assert len(rows) == len(values) > 1000
+    # the runs really repeat days or hours (what the memo keeps) and change them
+    if kind == K_DATE:
+        keys = [t for t, _b in rows]
+    else:
+        keys = [t[:t.rindex(":", 0, t.index(":", 11) + 3)] if ":" in t else t for t, _b in rows]
+    same = sum(a == b for a, b in zip(keys, keys[1:]))
+    assert 0.2 * len(keys) < same < 0.9 * len(keys)
+    check_rows(ColumnType(kind), rows, f"{sql_type} in runs")
+
+
 def float_bit_patterns(rnd, n, bits):
     """n IEEE bit patterns (float8: bits=64, float4: 32) that reach every branch of the
     shortest-digits search: any pattern, integers around the exact-integer limit,
