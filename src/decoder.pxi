@@ -439,16 +439,22 @@ cdef inline int map_keys_all(MapB *mb, const unsigned char *names, const int32_t
     After map_begin. -1: no memory; -2: past 2 GiB."""
     cdef Column *k = mb.keys
     cdef int32_t total = name_end[ncols]
-    cdef int32_t base
+    cdef int32_t base, i
     cdef int32_t *o
+    cdef unsigned char *d
     cdef int c
     if k.data.len + total > 0x7FFFFFFF:
         return -2
-    if ((k.data.cap - k.data.len < total and buf_reserve(&k.data, total) < 0)
+    if ((k.data.cap - k.data.len < total + 8 and buf_reserve(&k.data, total + 8) < 0)
             or (k.offsets.cap - k.offsets.len < 4 * ncols and buf_reserve(&k.offsets, 4 * ncols) < 0)):
         return -1
-    if total:
-        memcpy(k.data.data + k.data.len, names, <size_t>total)
+    # 8 bytes at a time (names has 8 bytes of room past its end; so has the data): a
+    # row's names are a few words, which a memcpy call of a variable size costs more than
+    d = k.data.data + k.data.len
+    i = 0
+    while i < total:
+        memcpy(d + i, names + i, 8)
+        i += 8
     base = <int32_t>k.data.len
     o = <int32_t *>(k.offsets.data + k.offsets.len)
     for c in range(ncols):
@@ -581,6 +587,45 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
                                      nulls)
     finally:
         buf_free(&starts); buf_free(&offs); buf_free(&data); buf_free(&valid)
+
+
+cdef object _kind_strings(const unsigned char *kinds, Py_ssize_t n):
+    """pa.string() of each row's old-image kind: "K" or "O" (the byte), null for 0.
+    One pass, no temporaries."""
+    cdef Buf offs, data, valid
+    cdef Py_ssize_t i, nulls = 0
+    cdef int32_t end = 0
+    cdef int32_t *o
+    cdef unsigned char c, bits = 0
+    memset(&offs, 0, sizeof(Buf)); memset(&data, 0, sizeof(Buf)); memset(&valid, 0, sizeof(Buf))
+    try:
+        if (buf_reserve(&offs, 4 * (n + 1)) < 0 or buf_reserve(&data, n + 1) < 0
+                or buf_reserve(&valid, ((n + 7) >> 3) + 1) < 0):
+            raise MemoryError()
+        o = <int32_t *>offs.data
+        o[0] = 0
+        for i in range(n):
+            c = kinds[i]
+            if c == 75 or c == 79:
+                data.data[end] = c
+                end += 1
+                bits |= <unsigned char>(1 << (i & 7))
+            else:
+                nulls += 1
+            o[i + 1] = end
+            if (i & 7) == 7:
+                valid.data[i >> 3] = bits
+                bits = 0
+        if n & 7:
+            valid.data[n >> 3] = bits
+        offs.len = 4 * (n + 1)
+        data.len = end
+        valid.len = (n + 7) >> 3
+        return pa.Array.from_buffers(pa.string(), n, [_take_buf(&valid, (n + 7) >> 3) if nulls else None,
+                                                      _take_buf(&offs, 4 * (n + 1)), _take_buf(&data, end)],
+                                     nulls)
+    finally:
+        buf_free(&offs); buf_free(&data); buf_free(&valid)
 
 
 cdef object _strings_by_id_np(list values, object ids):
@@ -874,7 +919,7 @@ cdef class RelBuilders:
     cdef Buf before_kind               # 1 byte per old image: K / O
     cdef Py_ssize_t nbefore
     cdef int32_t *name_ids
-    cdef unsigned char *names          # the columns' names, UTF-8, end to end (+ 8 bytes)
+    cdef unsigned char *names          # the columns' names, UTF-8, end to end (+ 8 zero bytes)
     cdef int32_t *name_end             # ncols + 1: names[name_end[i]:name_end[i + 1]] is column i's
     cdef FmtMemo *fmemo                # per column: the change-event table's date / hour text
     cdef unsigned char *is_key
@@ -4367,9 +4412,8 @@ cdef class DecoderCore:
         schemas = _strings_by_id_np([rb.version.schema for rb in self.rb_all], rb_ids)
         tables = _strings_by_id_np([rb.version.relname for rb in self.rb_all], rb_ids)
         relid = pa.array(_np_from_buf(&self.ev.relid, np.int64, n), pa.int64())
-        kinds = _np_from_buf(&self.ev.before_kind, np.uint8, n)
-        kind_idx = np.where(kinds == 75, 0, np.where(kinds == 79, 1, -1)).astype(np.int32)
-        before_kind = _strings_by_id_np(["K", "O"], kind_idx)
+        before_kind = _kind_strings(<const unsigned char *>self.ev.before_kind.data, n)
+        self.ev.before_kind.len = 0             # (read, not handed over: its memory stays)
         before = map_export(&self.ev.before)
         after = map_export(&self.ev.after)
         if self.ev.toast_off.len == 0:

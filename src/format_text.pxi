@@ -174,6 +174,12 @@ cdef inline char *fmt_w_u64(char *w, uint64_t v, int width) noexcept nogil:
     return w + n
 
 
+cdef inline char *fmt_w_2(char *w, unsigned int v) noexcept nogil:
+    """Two digits of v < 100 (minutes, seconds)."""
+    memcpy(w, FMT_DIGITS2 + 2 * v, 2)
+    return w + 2
+
+
 cdef inline char *fmt_w_i64(char *w, int64_t v) noexcept nogil:
     if v < 0:
         w[0] = 45  # '-'
@@ -468,7 +474,8 @@ cdef char *fmt_w_seconds(char *w, int sec, int fsec) noexcept nogil:
     cdef int value, precision = 6, rem
     cdef char *end
     cdef bint gotnonzero = False
-    w = fmt_w_u64(w, <uint64_t>(sec if sec >= 0 else -sec), 2)
+    value = sec if sec >= 0 else -sec
+    w = fmt_w_2(w, value) if 0 <= value < 100 else fmt_w_u64(w, <uint64_t>(sec if sec >= 0 else -sec), 2)
     if fsec == 0:
         return w
     value = fsec if fsec >= 0 else -fsec
@@ -656,11 +663,14 @@ cdef int fmt_timestamp_memo(Buf *out, int64_t ts, bint with_zone, FmtMemo *m,
     t -= minute * FMT_USECS_PER_MINUTE
     sec = t // FMT_USECS_PER_SEC
     t -= sec * FMT_USECS_PER_SEC
-    w = fmt_w_u64(w, <uint64_t>minute, 2)
+    w = fmt_w_2(w, <unsigned int>minute)
     w[0] = 58
     w = fmt_w_seconds(w + 1, <int>sec, <int>t)
     if with_zone:
-        w = fmt_w_str(w, b"+00")
+        w[0] = 43           # '+00'
+        w[1] = 48
+        w[2] = 48
+        w += 3
     if m.bc:
         w = fmt_w_str(w, b" BC")
     fmt_commit(out, w)
