@@ -743,12 +743,32 @@ cdef object _take_buf(Buf *b, Py_ssize_t exact):
     return pa.py_buffer(nb)
 
 
+cdef extern from *:
+    """
+    static inline int pgo_popcount64(uint64_t x) {
+    #if defined(__GNUC__) || defined(__clang__)
+        return __builtin_popcountll(x);
+    #else
+        int n = 0;
+        while (x) { x &= x - 1; n++; }
+        return n;
+    #endif
+    }
+    """
+    int pgo_popcount64(uint64_t x) noexcept nogil
+
+
 cdef Py_ssize_t _popcount_zero_bits(const Buf *b, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i, zeros = 0
-    for i in range(n):
-        if not ((b.data[i >> 3] >> (i & 7)) & 1):
-            zeros += 1
-    return zeros
+    """Zero bits among the first n of the bitmap (n <= 8 * b.len): eight bytes at a
+    time, then the bits of the last partial word."""
+    cdef Py_ssize_t i, ones = 0
+    cdef uint64_t w
+    for i in range(0, n >> 6):
+        memcpy(&w, b.data + 8 * i, 8)
+        ones += pgo_popcount64(w)
+    for i in range(n & ~<Py_ssize_t>63, n):
+        ones += (b.data[i >> 3] >> (i & 7)) & 1
+    return n - ones
 
 
 cdef object col_export(Column *c, object arrow_type):

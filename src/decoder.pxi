@@ -643,11 +643,12 @@ cdef object map_export(MapB *mb):
     keys = col_export(mb.keys, pa.string())
     values = col_export(mb.values, pa.string())
     entries = pa.StructArray.from_arrays([keys, values], fields=[MAP_TYPE.key_field, MAP_TYPE.item_field])
-    valid = np.unpackbits(np.frombuffer(_take_buf(&mb.valid, (n + 7) >> 3), np.uint8),
-                          bitorder="little", count=n).astype(bool) if n else np.zeros(0, bool)
+    nulls = _popcount_zero_bits(&mb.valid, n) if mb.valid.len >= (n + 7) >> 3 else -1
+    if nulls < 0:
+        raise AssertionError("map validity shorter than its rows")
+    validity = _take_buf(&mb.valid, (n + 7) >> 3) if nulls else None
+    mb.valid.len = 0                      # (kept for the next rows when not handed over)
     offsets = _take_buf(&mb.offsets, 4 * (n + 1))
-    nulls = int(n - valid.sum())
-    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
     mb.rows = 0
     return pa.Array.from_buffers(MAP_TYPE, n, [validity, offsets], nulls, children=[entries])
 
