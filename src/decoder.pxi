@@ -525,8 +525,8 @@ cdef object MAP_TYPE = pa.map_(pa.string(), pa.string())
 
 cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
     """pa.string() array of values[ids[i]] for i < n (null where ids[i] < 0), written
-    here: a short name is one 8-byte store, where pyarrow's take checks bounds and runs
-    a kernel (it was about a tenth of a change-event table's decode)."""
+    here: a name of up to 16 bytes is two 8-byte stores, where pyarrow's take checks
+    bounds and runs a kernel (it was about a tenth of a change-event table's decode)."""
     cdef Py_ssize_t nv = len(values), i, total = 0, nulls = 0
     cdef int32_t k, ln, end = 0
     cdef Buf starts, offs, data, valid
@@ -537,7 +537,7 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
     memset(&starts, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
     memset(&data, 0, sizeof(Buf)); memset(&valid, 0, sizeof(Buf))
     encoded = [v.encode("utf-8") for v in values]
-    blob = b"".join(encoded) + bytes(8)          # (8-byte loads past the last name)
+    blob = b"".join(encoded) + bytes(16)         # (8-byte loads past the last name)
     src = PyBytes_AS_STRING(blob)
     try:
         if buf_reserve(&starts, 4 * (nv + 1)) < 0:
@@ -558,7 +558,7 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
         if total > 0x7FFFFFFF:
             raise DecodeError("the change-event table holds more than 2 GiB of names in one "
                               "batch; feed smaller batches", None, None)
-        if (buf_reserve(&offs, 4 * (n + 1)) < 0 or buf_reserve(&data, total + 8) < 0
+        if (buf_reserve(&offs, 4 * (n + 1)) < 0 or buf_reserve(&data, total + 16) < 0
                 or (nulls and buf_reserve(&valid, (n + 7) >> 3) < 0)):
             raise MemoryError()
         if nulls:
@@ -573,6 +573,9 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
                 ln = st[k + 1] - st[k]
                 if ln <= 8:
                     memcpy(d + end, src + st[k], 8)
+                elif ln <= 16:
+                    memcpy(d + end, src + st[k], 8)
+                    memcpy(d + end + 8, src + st[k] + 8, 8)
                 else:
                     memcpy(d + end, src + st[k], <size_t>ln)
                 end += ln
