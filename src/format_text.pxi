@@ -138,6 +138,14 @@ cdef inline char *fmt_w_str(char *w, const char *s) noexcept nogil:
 cdef const char *FMT_DIGITS2 = b"00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
 
 
+cdef inline int fmt_ndigits(uint64_t v) noexcept nogil:
+    """Decimal digits of v: the bit length times log10(2) (1233 / 4096), one under or
+    exact; v | 1 so that 0 counts one digit (10^t is even for t >= 1, so | 1 changes no
+    other answer)."""
+    cdef int n = ((64 - pgo_clz64(v | 1)) * 1233) >> 12
+    return n + ((v | 1) >= pgo_pow10_u128[n].lo)
+
+
 cdef inline char *fmt_w_u64(char *w, uint64_t v, int width) noexcept nogil:
     """Decimal digits of v, zero-padded to at least `width` (pg_ultostr_zeropad): the
     digit count first, then two digits per division from a table of 00..99, written in
@@ -152,10 +160,7 @@ cdef inline char *fmt_w_u64(char *w, uint64_t v, int width) noexcept nogil:
             return w + 2
         w[0] = <char>(48 + v)
         return w + 1
-    # digits: the bit length times log10(2) (1233 / 4096), one under or exact; v | 1
-    # so that 0 counts one digit (10^t is even for t >= 1, so | 1 changes no other answer)
-    n = ((64 - pgo_clz64(v | 1)) * 1233) >> 12
-    n += (v | 1) >= pgo_pow10_u128[n].lo
+    n = fmt_ndigits(v)
     pad = width - n
     if pad > 0:
         memset(w, 48, <size_t>pad)
@@ -267,12 +272,6 @@ cdef int fmt_float(Buf *out, const unsigned char *p, bint single, const char **w
         exp_dec = dec.exponent
     fmt_commit(out, fmt_w_float(w, digits, exp_dec, 6 if single else 15))
     return 0
-
-
-cdef inline int fmt_ndigits(uint64_t v) noexcept nogil:
-    """Decimal digits of v (1 for 0)."""
-    cdef int n = ((64 - pgo_clz64(v | 1)) * 1233) >> 12
-    return n + ((v | 1) >= pgo_pow10_u128[n].lo)
 
 
 cdef char *fmt_w_float(char *w, uint64_t digits, int32_t exp_dec, int fixed_hi) noexcept nogil:
@@ -475,7 +474,7 @@ cdef char *fmt_w_seconds(char *w, int sec, int fsec) noexcept nogil:
     cdef char *end
     cdef bint gotnonzero = False
     value = sec if sec >= 0 else -sec
-    w = fmt_w_2(w, value) if 0 <= value < 100 else fmt_w_u64(w, <uint64_t>(sec if sec >= 0 else -sec), 2)
+    w = fmt_w_2(w, value) if 0 <= value < 100 else fmt_w_u64(w, <uint64_t>value, 2)
     if fsec == 0:
         return w
     value = fsec if fsec >= 0 else -fsec
@@ -1269,43 +1268,13 @@ cdef int fmt_binary_as_text(int kind, int precision, int scale, int elem_kind,
 
 cdef inline int fmt_column_value(int32_t k, const int32_t *ct, const unsigned char *p, Py_ssize_t n,
                               Buf *out, FmtMemo *memo, const char **why) noexcept nogil:
-    """fmt_binary_as_text for a value of a column: the common kinds written here, dates
-    and timestamps through the column's memo (the change-event table, and
-    format_binary_values). ct: the column's kind, precision, scale, elem_kind (k is
-    ct[0]). 0, or -1 with *why and out as it was."""
-    cdef char *w
-    if k == K_INT4 or k == K_INT8 or k == K_INT2:
-        if n == (4 if k == K_INT4 else 8 if k == K_INT8 else 2):
-            w = fmt_room(out, 24)
-            if w == NULL:
-                why[0] = FMT_E_NOMEM
-                return -1
-            if k == K_INT4:
-                w = fmt_w_i64(w, pgo_be32s(p))
-            elif k == K_INT8:
-                w = fmt_w_i64(w, pgo_be64s(p))
-            else:
-                w = fmt_w_i64(w, pgo_be16s(p))
-            fmt_commit(out, w)
-            return 0
-    elif k == K_BOOL:
-        if n == 1:
-            w = fmt_room(out, 1)
-            if w == NULL:
-                why[0] = FMT_E_NOMEM
-                return -1
-            w[0] = 116 if p[0] != 0 else 102
-            fmt_commit(out, w + 1)
-            return 0
-    elif k == K_FLOAT8:
-        if n == 8:
-            return fmt_float(out, p, False, why)
-    elif k == K_TIMESTAMP or k == K_TIMESTAMPTZ:
-        if n == 8:
-            return fmt_timestamp_memo(out, pgo_be64s(p), k == K_TIMESTAMPTZ, memo, why)
-    elif k == K_DATE:
-        if n == 4:
-            return fmt_date_memo(out, pgo_be32s(p), memo, why)
+    """fmt_binary_as_text for a value of a column, its dates and timestamps through the
+    column's memo (the change-event table, and format_binary_values). ct: the column's
+    kind, precision, scale, elem_kind (k is ct[0]). 0, or -1 with *why and out as it was."""
+    if (k == K_TIMESTAMP or k == K_TIMESTAMPTZ) and n == 8:
+        return fmt_timestamp_memo(out, pgo_be64s(p), k == K_TIMESTAMPTZ, memo, why)
+    if k == K_DATE and n == 4:
+        return fmt_date_memo(out, pgo_be32s(p), memo, why)
     return fmt_binary_as_text(k, ct[1], ct[2], ct[3], p, n, out, why)
 
 
