@@ -141,11 +141,14 @@ cdef extern from *:
         void *q;
         if (old_mapped && new_mapped) {
             q = mremap(p, old_cap, new_cap, MREMAP_MAYMOVE);
-            if (q == MAP_FAILED)
+            if (q != MAP_FAILED) {
+                if (new_cap > old_cap)
+                    pgo_blk_advise(q, new_cap);
+                return q;
+            }
+            if (new_cap < old_cap)
                 return NULL;
-            if (new_cap > old_cap)
-                pgo_blk_advise(q, new_cap);
-            return q;
+            /* (a block the kernel will not move whole: copy it below) */
         }
         if (new_mapped) {
             q = mmap(NULL, new_cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -202,6 +205,11 @@ cdef extern from *:
 
 DEF CACHE_SLOTS = 256
 DEF CACHE_MIN_BLOCK = 1 << 16
+# A buffer of a cached size or more grows 4x at a time: each step copies what it holds
+# into another block (or moves its pages), and a 4x ladder copies a third of the final
+# size where doubling copies all of it. The room not written costs no memory (pages are
+# touched only when written; the rest is trimmed when the buffer is handed to Arrow).
+DEF GROW_BIG = 4
 cdef void *_cache_ptr[CACHE_SLOTS]
 cdef Py_ssize_t _cache_size[CACHE_SLOTS]
 cdef int _cache_n = 0
@@ -280,22 +288,33 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
     """Make room for `extra` more bytes (not zeroed: writers initialise what they use).
 
     0 ok, -1 out of memory. Fresh pages are zeroed by the kernel only when first
-    touched, so growing by doubling costs no more than the memory actually written.
+    touched, so growing ahead (2x, 4x past CACHE_MIN_BLOCK) costs no more than the memory
+    actually written.
     """
     cdef Py_ssize_t need = b.len + extra
-    cdef Py_ssize_t cap
+    cdef Py_ssize_t cap, want
     cdef unsigned char *p
     if need <= b.cap:
         return 0
     if b.cap == 0 and b.hint > need:
-        # the previous batch's size: one allocation instead of a doubling series
+        # the previous batch's size: one allocation instead of a doubling series. A
+        # cached block of at least that size will do (the block this buffer was handed
+        # over in last time is exactly that size): asking for the 1/8 of headroom too
+        # would pass over it and take a bigger one another buffer then misses
         cap = b.hint + (b.hint >> 3)
+        want = b.hint
     else:
-        cap = b.cap * 2 if b.cap >= 64 else 64
+        if b.cap < 64:
+            cap = 64
+        elif b.cap < CACHE_MIN_BLOCK:
+            cap = b.cap * 2
+        else:
+            cap = b.cap * GROW_BIG
         while cap < need:
             cap *= 2
+        want = cap
     if cap >= CACHE_MIN_BLOCK:
-        p = <unsigned char *>acquire_block(need, cap, &cap)
+        p = <unsigned char *>acquire_block(need, want, &cap)
         if p != NULL:
             if b.len:
                 memcpy(p, b.data, <size_t>b.len)
