@@ -14,6 +14,7 @@ import pickle
 import subprocess
 import sys
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -484,6 +485,17 @@ def test_lsn_array_forms():
                      pa.chunked_array([msgs[:2], msgs[2:]], pa.binary()),
                      [memoryview(m) for m in msgs], [bytearray(m) for m in msgs]):
         assert ids(check(decode_changes(messages))) == [1, 2]
+    # Arrow messages take their LSNs in the same pass: whole, in chunks, and a slice
+    # (its offsets start past the array's buffers)
+    padded = pa.array([b"x", b"yy"] + msgs, pa.binary()).slice(2)
+    for messages in (pa.array(msgs, pa.binary()), pa.array(msgs, pa.large_binary()), padded,
+                     pa.chunked_array([msgs[:1], [], msgs[1:3], msgs[3:]], pa.binary())):
+        for lsn in ([0, 7, 8, 9, 10], pa.chunked_array([[0, 7, 8], [9, 10]]), np.array([0, 7, 8, 9, 10])):
+            cs = check(decode_changes(messages, lsn=lsn))
+            assert col(cs, "public.orders", "_lsn") == [8, 9]
+            assert [e["lsn"] for e in cs.events.to_pylist()] == [8, 9]
+        with pytest.raises(ValueError):
+            decode_changes(messages, lsn=[1, 2])
     with pytest.raises(ValueError):
         decode_changes(msgs, lsn=[1, 2])
     with pytest.raises(TypeError):
