@@ -337,8 +337,8 @@ cdef char *fmt_w_float(char *w, uint64_t digits, int32_t exp_dec, int fixed_hi) 
 cdef int fmt_numeric(Buf *out, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
     """numeric_recv's checks, then get_str_from_var: exactly dscale fraction digits."""
     cdef Py_ssize_t ndigits, i, start, d, first, k
-    cdef int weight, sign, dscale, dig, d1, j
-    cdef bint putit, nonzero
+    cdef int weight, sign, dscale, dig
+    cdef bint nonzero
     cdef char *w
     cdef char *digits_start
     if n < 8:
@@ -391,30 +391,14 @@ cdef int fmt_numeric(Buf *out, const unsigned char *p, Py_ssize_t n, const char 
         w[0] = 48
         w += 1
     else:
-        d = 0
+        # the first group without its leading zeros (fmt_w_u64), the rest 4 digits each
+        w = fmt_w_u64(w, <uint64_t>(pgo_be16(p) if ndigits > 0 else 0), 0)
+        d = 1
         while d <= weight:
             dig = pgo_be16(p + 2 * d) if d < ndigits else 0
-            putit = d > 0
-            d1 = dig // 1000
-            dig -= d1 * 1000
-            putit = putit or d1 > 0
-            if putit:
-                w[0] = <char>(48 + d1)
-                w += 1
-            d1 = dig // 100
-            dig -= d1 * 100
-            putit = putit or d1 > 0
-            if putit:
-                w[0] = <char>(48 + d1)
-                w += 1
-            d1 = dig // 10
-            dig -= d1 * 10
-            putit = putit or d1 > 0
-            if putit:
-                w[0] = <char>(48 + d1)
-                w += 1
-            w[0] = <char>(48 + dig)
-            w += 1
+            memcpy(w, FMT_DIGITS2 + 2 * (dig // 100), 2)
+            memcpy(w + 2, FMT_DIGITS2 + 2 * (dig % 100), 2)
+            w += 4
             d += 1
     if dscale > 0:
         w[0] = 46
@@ -422,9 +406,8 @@ cdef int fmt_numeric(Buf *out, const unsigned char *p, Py_ssize_t n, const char 
         k = 0
         while k < dscale:
             dig = pgo_be16(p + 2 * d) if 0 <= d < ndigits else 0
-            for j in range(3, -1, -1):
-                w[j] = <char>(48 + dig % 10)
-                dig //= 10
+            memcpy(w, FMT_DIGITS2 + 2 * (dig // 100), 2)
+            memcpy(w + 2, FMT_DIGITS2 + 2 * (dig % 100), 2)
             w += 4
             d += 1
             k += 4
@@ -1282,9 +1265,38 @@ cdef inline int fmt_column_value(int32_t k, const int32_t *ct, const unsigned ch
     """fmt_binary_as_text for a value of a column, its dates and timestamps through the
     column's memo (the change-event table, and format_binary_values). ct: the column's
     kind, precision, scale, elem_kind (k is ct[0]). 0, or -1 with *why and out as it was."""
-    if (k == K_TIMESTAMP or k == K_TIMESTAMPTZ) and n == 8:
+    cdef char *w
+    if k == K_INT4 or k == K_INT8 or k == K_INT2:
+        if n == (4 if k == K_INT4 else 8 if k == K_INT8 else 2):
+            w = fmt_room(out, 24)
+            if w == NULL:
+                why[0] = FMT_E_NOMEM
+                return -1
+            if k == K_INT4:
+                w = fmt_w_i64(w, pgo_be32s(p))
+            elif k == K_INT8:
+                w = fmt_w_i64(w, pgo_be64s(p))
+            else:
+                w = fmt_w_i64(w, pgo_be16s(p))
+            fmt_commit(out, w)
+            return 0
+    elif k == K_BOOL:
+        if n == 1:
+            w = fmt_room(out, 1)
+            if w == NULL:
+                why[0] = FMT_E_NOMEM
+                return -1
+            w[0] = 116 if p[0] != 0 else 102
+            fmt_commit(out, w + 1)
+            return 0
+    elif k == K_FLOAT8:
+        if n == 8:
+            return fmt_float(out, p, False, why)
+    elif k == K_DECIMAL or k == K_NUMERIC_STR:
+        return fmt_numeric(out, p, n, why)          # (out as it was when it fails)
+    elif (k == K_TIMESTAMP or k == K_TIMESTAMPTZ) and n == 8:
         return fmt_timestamp_memo(out, pgo_be64s(p), k == K_TIMESTAMPTZ, memo, why)
-    if k == K_DATE and n == 4:
+    elif k == K_DATE and n == 4:
         return fmt_date_memo(out, pgo_be32s(p), memo, why)
     return fmt_binary_as_text(k, ct[1], ct[2], ct[3], p, n, out, why)
 
