@@ -146,48 +146,66 @@ cdef inline char *fmt_w_str(char *w, const char *s) noexcept nogil:
     return w
 
 
-cdef const char *FMT_DIGITS2 = b"00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
+cdef extern from *:
+    """
+    static const char pgo_digits2[201] =
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
 
+    /* Decimal digits of v: the bit length times log10(2) (1233 / 4096), one under or
+       exact; v | 1 so that 0 counts one digit (10^t is even for t >= 1, so | 1 changes
+       no other answer). */
+    static inline int pgo_ndigits(uint64_t v) {
+        int n = ((64 - pgo_clz64(v | 1)) * 1233) >> 12;
+        return n + ((v | 1) >= pgo_pow10_u128[n].lo);
+    }
 
-cdef inline int fmt_ndigits(uint64_t v) noexcept nogil:
-    """Decimal digits of v: the bit length times log10(2) (1233 / 4096), one under or
-    exact; v | 1 so that 0 counts one digit (10^t is even for t >= 1, so | 1 changes no
-    other answer)."""
-    cdef int n = ((64 - pgo_clz64(v | 1)) * 1233) >> 12
-    return n + ((v | 1) >= pgo_pow10_u128[n].lo)
-
-
-cdef inline char *fmt_w_u64(char *w, uint64_t v, int width) noexcept nogil:
-    """Decimal digits of v, zero-padded to at least `width` (pg_ultostr_zeropad): the
-    digit count first, then two digits per division from a table of 00..99, written in
-    place from the last one back (no temporary, no copy)."""
-    cdef int n, pad
-    cdef uint64_t q
-    cdef unsigned int r
-    cdef char *e
-    if v < 100 and width <= 2:               # (dates, times, small numbers)
-        if v >= 10 or width == 2:
-            memcpy(w, FMT_DIGITS2 + 2 * v, 2)
-            return w + 2
-        w[0] = <char>(48 + v)
-        return w + 1
-    n = fmt_ndigits(v)
-    pad = width - n
-    if pad > 0:
-        memset(w, 48, <size_t>pad)
-        w += pad
-    e = w + n
-    while v >= 100:
-        q = v // 100
-        r = <unsigned int>(v - q * 100)
-        e -= 2
-        memcpy(e, FMT_DIGITS2 + 2 * r, 2)
-        v = q
-    if v >= 10:
-        memcpy(e - 2, FMT_DIGITS2 + 2 * v, 2)
-    else:
-        e[-1] = <char>(48 + v)
-    return w + n
+    /* Decimal digits of v at w, zero-padded to at least `width` (pg_ultostr_zeropad):
+       the digit count first, then two digits per division from a table of 00..99,
+       written in place from the last one back; returns the end. Always inlined: it is
+       the innermost step of every integer, float and numeric written as text, where a
+       call cost as much as the digits. */
+    #if defined(__GNUC__) || defined(__clang__)
+    __attribute__((always_inline))
+    #endif
+    static inline char *pgo_w_u64(char *w, uint64_t v, int width) {
+        int n, pad;
+        uint64_t q;
+        unsigned r;
+        char *e;
+        if (v < 100 && width <= 2) {              /* (dates, times, small numbers) */
+            if (v >= 10 || width == 2) {
+                memcpy(w, pgo_digits2 + 2 * v, 2);
+                return w + 2;
+            }
+            w[0] = (char)(48 + v);
+            return w + 1;
+        }
+        n = pgo_ndigits(v);
+        pad = width - n;
+        if (pad > 0) {
+            memset(w, 48, (size_t)pad);
+            w += pad;
+        }
+        e = w + n;
+        while (v >= 100) {
+            q = v / 100;
+            r = (unsigned)(v - q * 100);
+            e -= 2;
+            memcpy(e, pgo_digits2 + 2 * r, 2);
+            v = q;
+        }
+        if (v >= 10)
+            memcpy(e - 2, pgo_digits2 + 2 * v, 2);
+        else
+            e[-1] = (char)(48 + v);
+        return w + n;
+    }
+    """
+    const char *FMT_DIGITS2 "pgo_digits2"
+    int fmt_ndigits "pgo_ndigits" (uint64_t v) noexcept nogil
+    char *fmt_w_u64 "pgo_w_u64" (char *w, uint64_t v, int width) noexcept nogil
 
 
 cdef inline char *fmt_w_2(char *w, unsigned int v) noexcept nogil:
