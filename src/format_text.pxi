@@ -163,7 +163,8 @@ cdef extern from *:
 
     /* Decimal digits of v at w, zero-padded to at least `width` (pg_ultostr_zeropad):
        the digit count first, then two digits per division from a table of 00..99,
-       written in place from the last one back; returns the end. Always inlined: it is
+       written in place from the last one back (the last 8 of a longer number as a
+       chain of their own); returns the end. Always inlined: it is
        the innermost step of every integer, float and numeric written as text, where a
        call cost as much as the digits. */
     #if defined(__GNUC__) || defined(__clang__)
@@ -189,6 +190,20 @@ cdef extern from *:
             w += pad;
         }
         e = w + n;
+        if (v >= 100000000) {
+            /* the last 8 digits on their own, in 32 bits: a chain of divisions half as
+               long (the two halves' steps overlap) */
+            uint64_t hi = v / 100000000;
+            uint32_t lo = (uint32_t)(v - hi * 100000000), q32;
+            int i;
+            for (i = 0; i < 4; i++) {
+                q32 = lo / 100;
+                e -= 2;
+                memcpy(e, pgo_digits2 + 2 * (lo - q32 * 100), 2);
+                lo = q32;
+            }
+            v = hi;
+        }
         while (v >= 100) {
             q = v / 100;
             r = (unsigned)(v - q * 100);
