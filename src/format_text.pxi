@@ -1295,9 +1295,11 @@ cdef int fmt_binary_as_text(int kind, int precision, int scale, int elem_kind,
 
 cdef inline int fmt_column_value(int32_t k, const int32_t *ct, const unsigned char *p, Py_ssize_t n,
                               Buf *out, FmtMemo *memo, const char **why) noexcept nogil:
-    """fmt_binary_as_text for a value of a column, its dates and timestamps through the
-    column's memo (the change-event table, and format_binary_values). ct: the column's
-    kind, precision, scale, elem_kind (k is ct[0]). 0, or -1 with *why and out as it was."""
+    """fmt_binary_as_text for a value of a column (the change-event table, and
+    format_binary_values): int2/4/8, bool, float8 and numeric written here, without
+    fmt_value's dispatch (measured at ~5 ns a value); dates and timestamps through the
+    column's memo; the rest through fmt_binary_as_text. ct: the column's kind,
+    precision, scale, elem_kind (k is ct[0]). 0, or -1 with *why and out as it was."""
     cdef char *w
     if k == K_INT4 or k == K_INT8 or k == K_INT2:
         if n == (4 if k == K_INT4 else 8 if k == K_INT8 else 2):
