@@ -369,7 +369,7 @@ cdef char *fmt_w_float(char *w, uint64_t digits, int32_t exp_dec, int fixed_hi) 
 
 cdef int fmt_numeric(Buf *out, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
     """numeric_recv's checks, then get_str_from_var: exactly dscale fraction digits."""
-    cdef Py_ssize_t ndigits, i, start, d, first, k
+    cdef Py_ssize_t ndigits, i, d, first, k
     cdef int weight, sign, dscale, dig
     cdef bint nonzero
     cdef char *w
@@ -414,7 +414,6 @@ cdef int fmt_numeric(Buf *out, const unsigned char *p, Py_ssize_t n, const char 
     if w == NULL:
         why[0] = FMT_E_NOMEM
         return -1
-    start = out.len
     if sign == 0x4000:
         w[0] = 45
         w += 1
