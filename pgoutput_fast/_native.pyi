@@ -76,6 +76,13 @@ class RelBuilders:
     def id(self) -> int: ...
 
 @final
+class EvChunk:
+    """Committed change-event rows held as written (an adopted spool's; internal to DecoderCore)."""
+
+def _set_event_adopt_bytes(nbytes: int) -> int:
+    """Bytes of event rows past which a committing spool is adopted whole (tests); returns the old value."""
+
+@final
 class Spool:
     """Raw messages of a pending (streamed, prepared, or spooled plain) transaction, spilling to disk."""
 

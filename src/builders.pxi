@@ -199,11 +199,12 @@ cdef extern from *:
 # fault + kernel zeroing per 4 KiB costs more than decoding into warm memory (on the
 # development VM a first write to fresh memory runs at ~1 GB/s, a rewrite at ~10 GB/s).
 # Keeping a bounded number of released blocks lets steady-state decoding (a batch's
-# output dropped before the next batch) write into warm pages. The bound defaults to
-# an eighth of physical memory, between 256 MiB and 1 GiB (set_buffer_cache_limit).
+# output dropped before the next batch) write into warm pages. The bound (on the bytes
+# the blocks held, not their room, whose pages are not resident) defaults to an eighth
+# of physical memory, between 256 MiB and 1 GiB (set_buffer_cache_limit).
 # Only touched with the GIL held (all builder growth happens inside feed()).
 
-DEF CACHE_SLOTS = 256
+DEF CACHE_SLOTS = 1024
 DEF CACHE_MIN_BLOCK = 1 << 16
 # A buffer of a cached size or more grows 4x at a time: each step copies what it holds
 # into another block (or moves its pages), and a 4x ladder copies a third of the final
@@ -212,20 +213,28 @@ DEF CACHE_MIN_BLOCK = 1 << 16
 DEF GROW_BIG = 4
 cdef void *_cache_ptr[CACHE_SLOTS]
 cdef Py_ssize_t _cache_size[CACHE_SLOTS]
+cdef Py_ssize_t _cache_cost[CACHE_SLOTS]   # what a block counts against the limit
 cdef int _cache_n = 0
 cdef Py_ssize_t _cache_total = 0
 cdef Py_ssize_t _cache_limit = 256 << 20
 
 
-cdef void release_block(void *p, Py_ssize_t size) noexcept nogil:
+cdef void release_block(void *p, Py_ssize_t size, Py_ssize_t used) noexcept nogil:
+    """Keep a block of `size` bytes for reuse (or free it past the cache's bound). used:
+    the bytes written in it, what it counts against the bound (its pages past them are
+    not resident: a block is trimmed to an eighth past its bytes when handed over)."""
     global _cache_n, _cache_total
+    cdef Py_ssize_t cost = (used + 4095) & ~<Py_ssize_t>4095
     if p == NULL:
         return
-    if size >= CACHE_MIN_BLOCK and _cache_n < CACHE_SLOTS and _cache_total + size <= _cache_limit:
+    if cost > size:
+        cost = size
+    if size >= CACHE_MIN_BLOCK and _cache_n < CACHE_SLOTS and _cache_total + cost <= _cache_limit:
         _cache_ptr[_cache_n] = p
         _cache_size[_cache_n] = size
+        _cache_cost[_cache_n] = cost
         _cache_n += 1
-        _cache_total += size
+        _cache_total += cost
     else:
         pgo_blk_free(p, <size_t>size)
 
@@ -250,10 +259,11 @@ cdef void *acquire_block(Py_ssize_t need, Py_ssize_t want, Py_ssize_t *size) noe
         return NULL
     cdef void *p = _cache_ptr[best]
     size[0] = _cache_size[best]
-    _cache_total -= _cache_size[best]
+    _cache_total -= _cache_cost[best]
     _cache_n -= 1
     _cache_ptr[best] = _cache_ptr[_cache_n]
     _cache_size[best] = _cache_size[_cache_n]
+    _cache_cost[best] = _cache_cost[_cache_n]
     return p
 
 
@@ -276,7 +286,7 @@ def set_buffer_cache_limit(Py_ssize_t nbytes):
     _cache_limit = nbytes
     while _cache_n and _cache_total > _cache_limit:
         _cache_n -= 1
-        _cache_total -= _cache_size[_cache_n]
+        _cache_total -= _cache_cost[_cache_n]
         pgo_blk_free(_cache_ptr[_cache_n], <size_t>_cache_size[_cache_n])
 
 
@@ -320,7 +330,7 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
                 memcpy(p, b.data, <size_t>b.len)
             # the block outgrown goes back to the cache too: the next batch's buffers
             # grow through the same sizes, into warm pages
-            release_block(b.data, b.cap)
+            release_block(b.data, b.cap, b.len)
             b.data = p
             b.cap = cap
             return 0
@@ -707,7 +717,7 @@ cdef class NativeBuffer:
         if self.uncached:
             free(self.ptr)
         else:
-            release_block(self.ptr, self.cap)
+            release_block(self.ptr, self.cap, self.size)
 
     def __getbuffer__(self, Py_buffer *view, int flags):
         view.buf = <void *>self.ptr
@@ -743,8 +753,12 @@ cdef object _take_buf(Buf *b, Py_ssize_t exact):
             raise MemoryError()
         b.data[0] = 0
         b.cap = 1
-    elif b.cap > exact + 4096 and exact > 0:
-        cap = <Py_ssize_t>pgo_blk_round(<size_t>exact)
+    elif b.cap > exact + (exact >> 3) + 4096 and exact > 0:
+        # trimmed to its size and an eighth: the block goes back to the cache when
+        # Arrow lets go of it, and the next batch's buffer (which asks for this size)
+        # then has room to grow a little without moving to another block; the eighth's
+        # pages are not resident unless written
+        cap = <Py_ssize_t>pgo_blk_round(<size_t>(exact + (exact >> 3)))
         p = <unsigned char *>pgo_blk_resize(b.data, <size_t>b.cap, <size_t>exact, <size_t>cap)
         if p != NULL:
             b.data = p

@@ -525,19 +525,19 @@ cdef object MAP_TYPE = pa.map_(pa.string(), pa.string())
 
 cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
     """pa.string() array of values[ids[i]] for i < n (null where ids[i] < 0), written
-    here: a name of up to 16 bytes is two 8-byte stores, where pyarrow's take checks
-    bounds and runs a kernel (it was about a tenth of a change-event table's decode)."""
-    cdef Py_ssize_t nv = len(values), i, total = 0, nulls = 0
+    here, a run of equal ids at a time, where pyarrow's take checks bounds and runs a
+    kernel (it was about a tenth of a change-event table's decode)."""
+    cdef Py_ssize_t nv = len(values), i, r, q, total = 0, nulls = 0, run, filled, step
     cdef int32_t k, ln, end = 0
     cdef Buf starts, offs, data, valid
     cdef const int32_t *st
     cdef const char *src
     cdef unsigned char *d
-    cdef unsigned char *o
+    cdef int32_t *o
     memset(&starts, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
     memset(&data, 0, sizeof(Buf)); memset(&valid, 0, sizeof(Buf))
     encoded = [v.encode("utf-8") for v in values]
-    blob = b"".join(encoded) + bytes(16)         # (8-byte loads past the last name)
+    blob = b"".join(encoded)
     src = PyBytes_AS_STRING(blob)
     try:
         if buf_reserve(&starts, 4 * (nv + 1)) < 0:
@@ -563,25 +563,40 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
             raise MemoryError()
         if nulls:
             memset(valid.data, 0, <size_t>((n + 7) >> 3))
-        o = offs.data
+        o = <int32_t *>offs.data
         d = data.data
         end = 0
-        memcpy(o, &end, 4)
-        for i in range(n):
+        o[0] = 0
+        i = 0
+        while i < n:
+            # a run of rows with one name (a change-event table's rows come in runs of
+            # one relation): the name once, then the run's bytes doubled by copies of
+            # what is written (memory speed, not a store per row), the ends a progression
             k = ids[i]
-            if k >= 0:
-                ln = st[k + 1] - st[k]
-                if ln <= 8:
-                    memcpy(d + end, src + st[k], 8)
-                elif ln <= 16:
-                    memcpy(d + end, src + st[k], 8)
-                    memcpy(d + end + 8, src + st[k] + 8, 8)
-                else:
-                    memcpy(d + end, src + st[k], <size_t>ln)
+            r = i + 1
+            while r < n and ids[r] == k:
+                r += 1
+            if k < 0:
+                for q in range(i, r):
+                    o[q + 1] = end
+                i = r
+                continue
+            ln = st[k + 1] - st[k]
+            run = <Py_ssize_t>ln * (r - i)
+            if ln:
+                memcpy(d + end, src + st[k], <size_t>ln)
+                filled = ln
+                while filled < run:
+                    step = filled if filled <= run - filled else run - filled
+                    memcpy(d + end + filled, d + end, <size_t>step)
+                    filled += step
+            for q in range(i, r):
                 end += ln
-                if nulls:
-                    valid.data[i >> 3] |= <unsigned char>(1 << (i & 7))
-            memcpy(o + 4 * (i + 1), &end, 4)
+                o[q + 1] = end
+            if nulls:
+                for q in range(i, r):
+                    valid.data[q >> 3] |= <unsigned char>(1 << (q & 7))
+            i = r
         offs.len = 4 * (n + 1)
         data.len = end
         valid.len = (n + 7) >> 3 if nulls else 0
@@ -713,6 +728,69 @@ cdef Py_ssize_t map_nbytes(const MapB *mb) noexcept nogil:
     if mb.values != NULL:
         n += col_nbytes(mb.values)
     return n
+
+
+# The sizes an EvStore's buffers were last handed over with, process-wide: a new
+# Decoder starts its change-event buffers at them (Buf.hint) instead of growing each from
+# 64 bytes through copies (a quarter of its size, 4x at a time: 5-7 % of a decode).
+# A process decodes batch after batch, often with a new Decoder each (a Spark task per
+# segment); _take_buf lowers a hint when batches get much smaller, and room not written
+# costs no memory (pages are touched when written, and trimmed at hand-over).
+DEF EV_NBUFS = 29
+cdef Py_ssize_t _ev_hint[EV_NBUFS]
+
+
+cdef int ev_bufs(EvStore *e, Buf **out) noexcept nogil:
+    """e's buffers in a fixed order (EV_NBUFS; the maps' key and value columns are
+    made here when missing, empty). -1: no memory."""
+    cdef MapB *maps[2]
+    cdef int i, at = 13
+    cdef Column *c
+    out[0] = &e.meta.lsn; out[1] = &e.meta.commit_lsn; out[2] = &e.meta.commit_ts
+    out[3] = &e.meta.xid; out[4] = &e.meta.seq; out[5] = &e.meta.op; out[6] = &e.meta.origin
+    out[7] = &e.relid; out[8] = &e.rb; out[9] = &e.before_kind; out[10] = &e.trunc
+    out[11] = &e.toast_off; out[12] = &e.toast_ids
+    maps[0] = &e.before
+    maps[1] = &e.after
+    for i in range(2):
+        if maps[i].keys == NULL:
+            maps[i].keys = col_new(K_TEXT, LAYOUT_VARLEN, 0)
+            if maps[i].keys == NULL:
+                return -1
+        if maps[i].values == NULL:
+            maps[i].values = col_new(K_TEXT, LAYOUT_VARLEN, 0)
+            if maps[i].values == NULL:
+                return -1
+        out[at] = &maps[i].offsets; out[at + 1] = &maps[i].valid
+        c = maps[i].keys
+        out[at + 2] = &c.data; out[at + 3] = &c.offsets; out[at + 4] = &c.validity
+        c = maps[i].values
+        out[at + 5] = &c.data; out[at + 6] = &c.offsets; out[at + 7] = &c.validity
+        at += 8
+    return 0
+
+
+cdef int ev_hints_take(EvStore *e) noexcept nogil:
+    """Start e's empty buffers at the process's last hand-over sizes. -1: no memory."""
+    cdef Buf *bufs[EV_NBUFS]
+    cdef int i
+    if ev_bufs(e, bufs) < 0:
+        return -1
+    for i in range(EV_NBUFS):
+        if bufs[i].hint == 0:
+            bufs[i].hint = _ev_hint[i]
+    return 0
+
+
+cdef void ev_hints_keep(EvStore *e) noexcept nogil:
+    """Remember e's hand-over sizes (its Buf hints) for the next Decoder."""
+    cdef Buf *bufs[EV_NBUFS]
+    cdef int i
+    if ev_bufs(e, bufs) < 0:
+        return
+    for i in range(EV_NBUFS):
+        if bufs[i].hint:
+            _ev_hint[i] = bufs[i].hint
 
 
 cdef void ev_truncate(EvStore *e, Py_ssize_t rows) noexcept nogil:
@@ -897,6 +975,45 @@ cdef int ev_append(EvStore *dst, const EvStore *src, const Ctx *ctx) noexcept no
         return rc
     meta_put_kept(m, &src.meta, n, ctx)
     return 0
+
+
+cdef void meta_fill_commit(Meta *m, const Ctx *ctx) noexcept nogil:
+    """ctx's commit LSN, commit time, xid and origin into every row of m, in place (the
+    rows of a spool adopted whole: see EvChunk)."""
+    cdef Py_ssize_t r
+    for r in range(m.rows):
+        memcpy(m.commit_lsn.data + 8 * r, &ctx.commit_lsn, 8)
+        memcpy(m.commit_ts.data + 8 * r, &ctx.commit_ts, 8)
+        memcpy(m.xid.data + 8 * r, &ctx.xid, 8)
+        memcpy(m.origin.data + 4 * r, &ctx.origin, 4)
+
+
+# A streamed or prepared transaction past this many bytes of event rows has its spool's
+# EvStore adopted whole at the commit (an EvChunk) instead of appended to the decoder's:
+# no copy, for one more RecordBatch in the output (its export costs about what a copy of
+# ~1 MiB does). PostgreSQL streams a transaction only past logical_decoding_work_mem
+# (64 MB by default), so a streamed one is usually far past it.
+cdef Py_ssize_t _ev_adopt_bytes = 4 << 20
+
+
+def _set_event_adopt_bytes(Py_ssize_t nbytes):
+    """Set the bytes of event rows past which a committing spool is adopted whole (tests
+    set 0: every streamed or prepared commit adopts); returns the previous value."""
+    global _ev_adopt_bytes
+    old = _ev_adopt_bytes
+    _ev_adopt_bytes = nbytes
+    return old
+
+
+@cython.final
+cdef class EvChunk:
+    """Committed change-event rows as they were written (an adopted spool's EvStore, or
+    the decoder's own rows before it): exported as a RecordBatch of their own, in
+    commit order, before the decoder's current rows."""
+    cdef EvStore ev
+
+    def __dealloc__(self):
+        ev_free(&self.ev)
 
 
 # -- per relation version: typed builders ------------------------------------------
@@ -1500,7 +1617,7 @@ cdef class Spool:
     def __dealloc__(self):
         # its memory goes to the block cache: the next transaction's spool reuses it
         # instead of faulting in fresh pages
-        release_block(self.mem.data, self.mem.cap)
+        release_block(self.mem.data, self.mem.cap, self.mem.cap)
         self.mem.data = NULL
         self.mem.len = self.mem.cap = 0
         ev_free(&self.ev)
@@ -2723,6 +2840,7 @@ cdef class DecoderCore:
     # ev is swapped with its Spool's: see _side and _ev_swap)
     cdef EvStore ev
     cdef EvStore ev_spare           # an emptied spool's EvStore, for the next spool (warm pages)
+    cdef list ev_chunks             # EvChunk: committed event rows before ev's (_ev_adopt)
     cdef dict tb_spare              # rb id -> RelBuilders a committed spool emptied (warm
                                     # memory for the next spool's typed rows)
     cdef Py_ssize_t ev_committed
@@ -2746,6 +2864,7 @@ cdef class DecoderCore:
         self.prepared = {}
         self.txn_rel_log = []
         self.tb_spare = {}
+        self.ev_chunks = []
         self.ctx.origin = -1
 
     def __init__(self, catalog, *, bint events=True, bint tables=True, binary_unknown=None,
@@ -2756,6 +2875,8 @@ cdef class DecoderCore:
         self.binary_unknown = bool(binary_unknown)
         self.max_pending_bytes = max_pending_bytes
         self.spill_dir = spill_dir
+        if events and ev_hints_take(&self.ev) < 0:
+            raise MemoryError()
         for v in catalog.versions():
             if catalog.current(v.relid) is v:
                 self._builders_for(v)
@@ -3119,7 +3240,9 @@ cdef class DecoderCore:
         cdef int rc
         cdef bint events_kept = sp.ev_side and self.want_events
         cdef bint adopted = False
-        if events_kept:
+        if events_kept and ev_nbytes(&sp.ev) >= _ev_adopt_bytes and self.ev.meta.rows == self.ev_committed:
+            self._ev_adopt(sp)
+        elif events_kept:
             # the event rows were written on arrival: they take the commit's metadata
             rc = ev_append(&self.ev, &sp.ev, &self.ctx)
             if rc == -2:
@@ -3362,6 +3485,35 @@ cdef class DecoderCore:
         for t in sp.tb.values():
             n += t.nbytes()
         return n
+
+    cdef int _ev_adopt(self, Spool sp) except -1:
+        """A committing spool's event rows become an EvChunk as they are, with the
+        commit's metadata (ctx) filled in; the decoder's own rows (all committed) are
+        sealed in one before them, so that the output keeps commit order. The next
+        spool starts its buffers at this one's sizes."""
+        cdef EvChunk ch
+        cdef Buf *done[EV_NBUFS]
+        cdef Buf *spare[EV_NBUFS]
+        cdef int i
+        if self.ev.meta.rows:
+            ch = EvChunk.__new__(EvChunk)
+            ch.ev = self.ev
+            memset(&self.ev, 0, sizeof(EvStore))
+            self.ev_chunks.append(ch)
+            self.ev_committed = 0
+        meta_fill_commit(&sp.ev.meta, &self.ctx)
+        ch = EvChunk.__new__(EvChunk)
+        ch.ev = sp.ev
+        memset(&sp.ev, 0, sizeof(EvStore))
+        sp.ev_side = False
+        self.ev_chunks.append(ch)
+        ev_free(&self.ev_spare)
+        memset(&self.ev_spare, 0, sizeof(EvStore))
+        if ev_bufs(&ch.ev, done) < 0 or ev_bufs(&self.ev_spare, spare) < 0:
+            raise MemoryError()
+        for i in range(EV_NBUFS):
+            spare[i].hint = done[i].len
+        return 0
 
     cdef void _ev_swap(self, Spool sp):
         cdef EvStore t = self.ev
@@ -4369,7 +4521,21 @@ cdef class DecoderCore:
         return tables, events, msgs
 
     cdef object _export_events(self):
-        """The committed event rows; those of a transaction still open stay."""
+        """The committed event rows (the EvChunks, then the decoder's own) as one table
+        of a RecordBatch each; the rows of a transaction still open stay."""
+        cdef EvChunk ch
+        batches = []
+        chunks = self.ev_chunks
+        self.ev_chunks = []
+        for ch in chunks:
+            batches.append(self._export_store(&ch.ev, ch.ev.meta.rows))
+        del chunks
+        if self.ev_committed or not batches:
+            batches.append(self._export_own())
+        return pa.Table.from_batches(batches, schema=EVENT_SCHEMA)
+
+    cdef object _export_own(self):
+        """The decoder's committed event rows as a RecordBatch (see _export_events)."""
         cdef Py_ssize_t n = self.ev_committed
         cdef Meta t_meta
         cdef Buf t_relid, t_rb, t_kind, t_trunc, t_toast_off, t_toast_ids
@@ -4410,25 +4576,31 @@ cdef class DecoderCore:
         return events
 
     cdef object _export_event_rows(self):
-        cdef Py_ssize_t n = self.ev_committed
-        meta = meta_export(&self.ev.meta, self.origins, "")
-        rb_ids = _np_from_buf(&self.ev.rb, np.int32, n)
+        batch = self._export_store(&self.ev, self.ev_committed)
+        self.ev_committed = 0
+        ev_hints_keep(&self.ev)
+        return batch
+
+    cdef object _export_store(self, EvStore *e, Py_ssize_t n):
+        """A RecordBatch of e's first n rows (all of them: the caller splits off the
+        rest); e's buffers are handed over."""
+        meta = meta_export(&e.meta, self.origins, "")
+        rb_ids = _np_from_buf(&e.rb, np.int32, n)
         schemas = _strings_by_id_np([rb.version.schema for rb in self.rb_all], rb_ids)
         tables = _strings_by_id_np([rb.version.relname for rb in self.rb_all], rb_ids)
-        relid = pa.array(_np_from_buf(&self.ev.relid, np.int64, n), pa.int64())
-        before_kind = _kind_strings(<const unsigned char *>self.ev.before_kind.data, n)
-        self.ev.before_kind.len = 0             # (read, not handed over: its memory stays)
-        before = map_export(&self.ev.before)
-        after = map_export(&self.ev.after)
-        if self.ev.toast_off.len == 0:
+        relid = pa.array(_np_from_buf(&e.relid, np.int64, n), pa.int64())
+        before_kind = _kind_strings(<const unsigned char *>e.before_kind.data, n)
+        e.before_kind.len = 0             # (read, not handed over: its memory stays)
+        before = map_export(&e.before)
+        after = map_export(&e.after)
+        if e.toast_off.len == 0:
             toast_off = np.zeros(n + 1, np.int32)
         else:
-            toast_off = _np_from_buf(&self.ev.toast_off, np.int32, n + 1)
+            toast_off = _np_from_buf(&e.toast_off, np.int32, n + 1)
         nt = int(toast_off[n]) if n else 0
-        toast_names = _strings_by_id_np(self.names, _np_from_buf(&self.ev.toast_ids, np.int32, nt))
+        toast_names = _strings_by_id_np(self.names, _np_from_buf(&e.toast_ids, np.int32, nt))
         toast = pa.ListArray.from_arrays(pa.array(toast_off), toast_names)
-        trunc = _np_from_buf(&self.ev.trunc, np.uint8, n)
-        self.ev_committed = 0
+        trunc = _np_from_buf(&e.trunc, np.uint8, n)
         cols = {
             "lsn": meta["lsn"], "commit_lsn": meta["commit_lsn"], "commit_ts": meta["commit_ts"],
             "xid": meta["xid"], "seq": meta["seq"], "op": meta["op"], "schema": schemas,
@@ -4436,7 +4608,7 @@ cdef class DecoderCore:
             "after": after, "unchanged_toast": toast, "origin": meta["origin"],
             "truncate_options": _truncate_options(trunc),
         }
-        return pa.Table.from_pydict(cols, schema=EVENT_SCHEMA)
+        return pa.RecordBatch.from_pydict(cols, schema=EVENT_SCHEMA)
 
     def _event_rows_held(self):
         """{top-level xid or GID: bytes of the event rows its spool holds, or None once
@@ -4536,7 +4708,7 @@ cdef class MessageBatch:
         self.owners = []
 
     def __dealloc__(self):
-        release_block(self.mem.data, self.mem.cap)
+        release_block(self.mem.data, self.mem.cap, self.mem.cap)
 
     cdef int _grow(self, Py_ssize_t extra) except -1:
         self.mem.len = self.n * <Py_ssize_t>sizeof(MsgRef)

@@ -1481,6 +1481,84 @@ def test_streamed_typed_rows_kept_on_arrival(binary, limit, options, step, tmp_p
         assert not kept and (step != 1 or dropped)
 
 
+@pytest.fixture
+def adopt_every_spool():
+    """Every streamed or prepared commit adopts its spool's event rows whole (an
+    EvChunk, its own RecordBatch) instead of appending them (the default: past 4 MiB)."""
+    old = native._set_event_adopt_bytes(0)
+    try:
+        yield
+    finally:
+        native._set_event_adopt_bytes(old)
+
+
+@pytest.mark.parametrize("options", [{}, {"tables": False}], ids=["both", "events_only"])
+@pytest.mark.parametrize("step", [1, 7, 1000])
+def test_adopted_event_rows(adopt_every_spool, options, step, tmp_path):
+    """Spools adopted at their commit: the event rows of every streamed and prepared
+    commit (after subtransaction aborts, a Relation change, a Truncate, an origin) are
+    exported as they were written, with the commit's metadata filled in, and the
+    decoder's own rows before them sealed in a chunk of their own: the same rows, in
+    the same order, as the reference after every feed, with the next spools starting
+    at the adopted one's sizes."""
+    msgs, lsns = _streamed_event_rows_stream()
+    decs = {name: make_decoder(impl, spill_dir=str(tmp_path), **options)
+            for name, impl in IMPLS.items()}
+    chunks = []
+    for k in range(0, len(msgs), step):
+        results = [run_feed(dec, pa.array(msgs[k:k + step], pa.binary()), lsns[k:k + step])
+                   for dec in decs.values()]
+        assert_results_equal(*results, what=f"feed at {k}")
+        assert_pending_equal(decs, f"feed at {k}")
+        cs = results[0][1] if results[0][0] == "ok" else results[0][2]
+        if cs is not None:
+            chunks.append(len(cs.events.to_batches()))
+    if step == 7:
+        # a feed with plain rows sealed in a chunk before an adopted spool's
+        assert max(chunks) >= 2, chunks
+
+
+def test_adopted_event_rows_past_the_default_size():
+    """A streamed transaction past the default adoption size (4 MiB of event rows),
+    with a subtransaction abort, between plain transactions, fed twice to one decoder
+    (the second spool starts at the first's sizes): each feed's events equal the
+    reference's, the stream's rows are a RecordBatch of their own, and the rows match
+    what was encoded."""
+    cols = tuple(RelationColumn(1, f"c{i}", 25, -1) for i in range(8))
+    rel = Relation(16384, "public", "big", "d", cols)
+
+    def row(i, xid):
+        return Insert(16384, tuple(Value("t", b"v%d-%08d" % (c, i)) for c in range(8)), xid)
+
+    n = 24_000
+    msgs = [rel, Begin(900, 1, 5), row(-1, None), Commit(0, 900, 908, 1)]
+    for first in range(0, n, 6_000):
+        msgs += [StreamStart(700, 1 if first == 0 else 0),
+                 *[row(i, 700) for i in range(first, first + 6_000)],
+                 *[row(10**7 + i, 701) for i in range(first, first + 50)],
+                 StreamStop()]
+        msgs.append(StreamAbort(700, 701))
+        msgs += [Begin(1000 + first, 1, 6), row(-2 - first, None), Commit(0, 1000 + first, 1008 + first, 1)]
+    msgs += [StreamCommit(700, 0, 5000, 5008, 9), Begin(6000, 1, 7), row(-3, None),
+             Commit(0, 6000, 6008, 1)]
+    raw = [encode_message(m) for m in msgs]
+    lsns = list(range(1, len(raw) + 1))
+    decs = {name: make_decoder(impl) for name, impl in IMPLS.items()}
+    for feed in range(2):
+        results = [run_feed(dec, pa.array(raw, pa.binary()), lsns) for dec in decs.values()]
+        assert results[0][0] == "ok", results[0][:2]
+        assert_results_equal(*results, what=f"feed {feed}")
+        ev = results[0][1].events
+        sizes = [b.num_rows for b in ev.to_batches()]
+        assert n in sizes and sum(sizes) == n + 6, sizes
+        after = ev.column("after").to_pylist()
+        streamed = [dict(a)["c0"] for a, x in zip(after, ev.column("xid").to_pylist()) if x == 700]
+        assert streamed == [f"v0-{i:08d}" for i in range(n)]
+        if feed == 0:
+            # the decoder's own (plain) rows were sealed before the adopted stream
+            assert sizes[:2] == [5, n] and sizes[2:] == [1], sizes
+
+
 @pytest.mark.parametrize("limit", [0, 1500, 6000, 1 << 30])
 @pytest.mark.parametrize("options", [{}, {"tables": False}], ids=["both", "events_only"])
 @pytest.mark.parametrize("step", [1, 7, 1000])
