@@ -527,15 +527,16 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
     """pa.string() array of values[ids[i]] for i < n (null where ids[i] < 0), written
     here, a run of equal ids at a time, where pyarrow's take checks bounds and runs a
     kernel (it was about a tenth of a change-event table's decode)."""
-    cdef Py_ssize_t nv = len(values), i, r, q, total = 0, nulls = 0, run, filled, step
+    cdef Py_ssize_t nv = len(values), i, r, q, total = 0, nulls = 0, run, filled, step, j, nruns
     cdef int32_t k, ln, end = 0
-    cdef Buf starts, offs, data, valid
+    cdef Buf starts, offs, data, valid, runs
+    cdef const Py_ssize_t *rs
     cdef const int32_t *st
     cdef const char *src
     cdef unsigned char *d
     cdef int32_t *o
     memset(&starts, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
-    memset(&data, 0, sizeof(Buf)); memset(&valid, 0, sizeof(Buf))
+    memset(&data, 0, sizeof(Buf)); memset(&valid, 0, sizeof(Buf)); memset(&runs, 0, sizeof(Buf))
     encoded = [v.encode("utf-8") for v in values]
     blob = b"".join(encoded)
     src = PyBytes_AS_STRING(blob)
@@ -547,14 +548,27 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
             end += <int32_t>len(encoded[k])
         memcpy(starts.data + 4 * nv, &end, 4)
         st = <const int32_t *>starts.data
-        for i in range(n):
+        # the runs of rows with one name (a change-event table's rows come in runs of
+        # one relation): where each starts, then n
+        i = 0
+        while i < n:
             k = ids[i]
+            r = i + 1
+            while r < n and ids[r] == k:
+                r += 1
+            if buf_append8(&runs, &i) < 0:
+                raise MemoryError()
             if k < 0:
-                nulls += 1
+                nulls += r - i
             elif k >= nv:
                 raise ValueError(f"name id {k} out of range ({nv} names)")
             else:
-                total += st[k + 1] - st[k]
+                total += <Py_ssize_t>(st[k + 1] - st[k]) * (r - i)
+            i = r
+        if buf_append8(&runs, &n) < 0:
+            raise MemoryError()
+        rs = <const Py_ssize_t *>runs.data
+        nruns = (runs.len >> 3) - 1
         if total > 0x7FFFFFFF:
             raise DecodeError("the change-event table holds more than 2 GiB of names in one "
                               "batch; feed smaller batches", None, None)
@@ -567,19 +581,15 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
         d = data.data
         end = 0
         o[0] = 0
-        i = 0
-        while i < n:
-            # a run of rows with one name (a change-event table's rows come in runs of
-            # one relation): the name once, then the run's bytes doubled by copies of
-            # what is written (memory speed, not a store per row), the ends a progression
+        for j in range(nruns):
+            # a run: the name once, then the run's bytes doubled by copies of what is
+            # written (memory speed, not a store per row), the ends a progression
+            i = rs[j]
+            r = rs[j + 1]
             k = ids[i]
-            r = i + 1
-            while r < n and ids[r] == k:
-                r += 1
             if k < 0:
                 for q in range(i, r):
                     o[q + 1] = end
-                i = r
                 continue
             ln = st[k + 1] - st[k]
             run = <Py_ssize_t>ln * (r - i)
@@ -596,7 +606,6 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
             if nulls:
                 for q in range(i, r):
                     valid.data[q >> 3] |= <unsigned char>(1 << (q & 7))
-            i = r
         offs.len = 4 * (n + 1)
         data.len = end
         valid.len = (n + 7) >> 3 if nulls else 0
@@ -604,7 +613,7 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
                                                       _take_buf(&offs, offs.len), _take_buf(&data, end)],
                                      nulls)
     finally:
-        buf_free(&starts); buf_free(&offs); buf_free(&data); buf_free(&valid)
+        buf_free(&starts); buf_free(&offs); buf_free(&data); buf_free(&valid); buf_free(&runs)
 
 
 cdef object _kind_strings(const unsigned char *kinds, Py_ssize_t n):
