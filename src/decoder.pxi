@@ -2348,66 +2348,85 @@ cdef Py_ssize_t cp_rows(const MsgRef *refs, Py_ssize_t nrows, int ncols, Py_ssiz
     return nrows
 
 
-cdef int ev_map_row(MapB *mb, const unsigned char **vp, const int32_t *vn, const uint8_t *ckind,
-                    Py_ssize_t stride, int ncols, const unsigned char *names,
-                    const int32_t *name_end, const unsigned char *is_key, bint key_only,
-                    const int32_t *ctype, FmtMemo *memo) noexcept nogil:
-    """One row of a change-event map from the row pass's values (vp/vn[column * stride],
-    ckind per column), with exactly the entries _scan_tuple writes: 0 written (the row
-    ended); 1 a value this loop leaves to the row-wise scan (a high-bit "char", text
-    that is not UTF-8, a binary value the formatter rejects, 2 GiB of values), which
-    then writes the row or reports it; -1 no memory. On 1 and -1 the row is left begun:
-    map_truncate drops its entries. memo: the columns' FmtMemo (dates, timestamps)."""
+cdef Py_ssize_t ev_tuple(MapB *mb, const unsigned char *p, Py_ssize_t pos, Py_ssize_t end,
+                         int ncols, const unsigned char *names, const int32_t *name_end,
+                         const unsigned char *is_key, bint key_only, const int32_t *ctype,
+                         FmtMemo *memo) noexcept nogil:
+    """One TupleData of ncols columns, read from p[pos] (after its column count), as one
+    row of a change-event map, read and written in one pass, with exactly the entries
+    _scan_tuple writes. Returns the position after the tuple; -1 for what this loop
+    leaves to the row-wise scan, which then writes the row or reports it (a 'u', a kind
+    byte other than n/t/b, a bad length, bytes missing, a high-bit "char", text that is
+    not UTF-8, a binary value the formatter rejects, 2 GiB of values); -2 no memory.
+    On -1 and -2 the row is left begun: map_truncate drops its entries. key_only: a 'K'
+    image, whose entries are the key columns. memo: the columns' FmtMemo (dates,
+    timestamps)."""
     cdef Column *vals
     cdef int c, rc
-    cdef int32_t n, k, end
-    cdef const unsigned char *p
+    cdef int32_t n, k, vend
+    cdef uint8_t kind
+    cdef const unsigned char *v
     cdef const char *why = NULL
     if map_begin(mb) < 0:
-        return -1
+        return -2
     if not key_only:
         rc = map_keys_all(mb, names, name_end, ncols)
         if rc != 0:
-            return 1 if rc == -2 else -1
+            return -1 if rc == -2 else -2
     vals = mb.values
     # room for the row's value offsets: each value's end is one store below
     if vals.offsets.cap - vals.offsets.len < 4 * ncols and buf_reserve(&vals.offsets, 4 * ncols) < 0:
-        return -1
+        return -2
     for c in range(ncols):
+        if pos >= end:
+            return -1
+        kind = p[pos]
+        if kind == 110:                          # 'n'
+            pos += 1
+            if key_only:
+                if not is_key[c]:
+                    continue                     # 'K' image: not part of the key
+                rc = map_key(mb, names, name_end, c)
+                if rc != 0:
+                    return -1 if rc == -2 else -2
+            if col_end_row(vals, 0, 0) < 0:
+                return -2
+            continue
+        if (kind != 116 and kind != 98) or end - pos < 5:
+            return -1
+        n = pgo_be32s(p + pos + 1)
+        if <size_t>n > <size_t>(end - pos - 5):  # (negative lengths wrap)
+            return -1
+        v = p + pos + 5
+        pos += 5 + n
         if key_only:
             if not is_key[c]:
-                continue                         # 'K' image: not part of the key
+                continue
             rc = map_key(mb, names, name_end, c)
             if rc != 0:
-                return 1 if rc == -2 else -1
-        n = vn[c * stride]
-        if n < 0:
-            if col_end_row(vals, 0, 0) < 0:
-                return -1
-            continue
-        p = vp[c * stride]
+                return -1 if rc == -2 else -2
         k = ctype[4 * c]
-        if ckind[c] == 116 or k == K_TEXT or k == K_BPCHAR or k == K_JSON:
+        if kind == 116 or k == K_TEXT or k == K_BPCHAR or k == K_JSON:
             # the text as sent, once checked (a text-like type's binary form is its text)
             if vals.data.cap - vals.data.len < n and buf_reserve(&vals.data, n) < 0:
-                return -1
-            if not copy_ascii(vals.data.data + vals.data.len, p, n):
-                if k == K_CHAR or utf8_invalid_at(p, n) >= 0:
-                    return 1
+                return -2
+            if not copy_ascii(vals.data.data + vals.data.len, v, n):
+                if k == K_CHAR or utf8_invalid_at(v, n) >= 0:
+                    return -1
             vals.data.len += n
-        elif fmt_column_value(k, ctype + 4 * c, p, n, &vals.data, memo + c, &why) < 0:
-            return 1
+        elif fmt_column_value(k, ctype + 4 * c, v, n, &vals.data, memo + c, &why) < 0:
+            return -1
         if vals.data.len > 0x7FFFFFFF:
-            return 1                             # (int32 offsets: the row-wise scan reports)
-        end = <int32_t>vals.data.len
-        memcpy(vals.offsets.data + vals.offsets.len, &end, 4)
+            return -1                            # (int32 offsets: the row-wise scan reports)
+        vend = <int32_t>vals.data.len
+        memcpy(vals.offsets.data + vals.offsets.len, &vend, 4)
         vals.offsets.len += 4
         if vals.nulls and bit_set(&vals.validity, vals.length, 1) < 0:
-            return -1
+            return -2
         vals.length += 1
     if map_end_row(mb, 1) < 0:
-        return -1
-    return 0
+        return -2
+    return pos
 
 
 cdef inline int cp_validity_room(Column *col, Py_ssize_t rows) noexcept nogil:
@@ -3994,98 +4013,78 @@ cdef class DecoderCore:
 
     cdef Py_ssize_t _ev_block(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
                               RelBuilders rb, int olds, int xo) except -1:
-        """The rows i..j of an _ev_fast_run block into the change-event table: the row
-        pass (cp_rows) finds the values, ev_map_row writes each row's maps, then the
-        rows' metadata a column at a time. Returns the first row not written."""
+        """The rows i..j of an _ev_fast_run block into the change-event table: each
+        change's tuples read and written into the maps in one pass (ev_tuple), then the
+        rows' metadata a column at a time. Returns the first row not written (the
+        row-wise scan takes it from there)."""
         cdef EvStore *e = &self.ev
         cdef bint two = olds == BLOCK_UPDATES_OLD
         cdef int ncols = rb.ncols
-        cdef Py_ssize_t stride = CP_VALUES // ncols
-        cdef Py_ssize_t rows, got, done, base, r
-        cdef const unsigned char **vp
-        cdef int32_t *vn
-        cdef uint8_t *ckind
-        cdef const unsigned char **vp2
-        cdef int32_t *vn2
-        cdef uint8_t *ckind2
-        cdef CpTables tb
-        cdef int rc
-        cdef int32_t end, zero = 0
+        cdef Py_ssize_t rows = j - i, done = 0, base, r, pos, end
+        cdef const unsigned char *p
+        cdef int32_t endo, zero = 0
         cdef int64_t relid = rb.relid
         cdef int32_t rid = rb.id
         cdef char op = b'd' if olds == BLOCK_DELETES else b'u' if olds == BLOCK_UPDATES_OLD else 0
-        if stride < 1:
-            stride = 1
-        if cp_tables(&self.cp_scratch, stride, ncols, two, &tb) < 0:
-            raise MemoryError()
-        vp = tb.vp
-        vn = tb.vn
-        ckind = tb.ckind
-        vp2 = tb.vp2
-        vn2 = tb.vn2
-        ckind2 = tb.ckind2
-        while i < j:
-            rows = j - i
-            if rows > stride:
-                rows = stride
-            memset(ckind, 0, <size_t>ncols)
-            if two:
-                memset(ckind2, 0, <size_t>ncols)
-            got = cp_rows(refs + i, rows, ncols, stride, vp, vn, ckind, vp2, vn2, ckind2, two, xo)
-            if got == 0:
-                return i
-            base = e.meta.rows
-            done = 0
-            rc = 0
-            while done < got:
-                r = done
-                if olds != BLOCK_NEW:       # the old image: 'K' (key columns) or 'O'
-                    rc = ev_map_row(&e.before, vp + r, vn + r, ckind, stride, ncols, rb.names,
-                                    rb.name_end, rb.is_key, refs[i + r].p[5 + xo] == 75, rb.ctype,
-                                    rb.fmemo)
-                elif map_end_row(&e.before, 0) < 0:
-                    rc = -1
-                if rc != 0:
+        base = e.meta.rows
+        pos = 0
+        while done < rows:
+            p = refs[i + done].p
+            end = refs[i + done].n
+            pos = 8 + xo
+            if olds != BLOCK_NEW:               # the old image: 'K' (key columns) or 'O'
+                pos = ev_tuple(&e.before, p, pos, end, ncols, rb.names, rb.name_end, rb.is_key,
+                               p[5 + xo] == 75, rb.ctype, rb.fmemo)
+                if pos < 0:
                     break
-                if olds == BLOCK_DELETES:
-                    if map_end_row(&e.after, 0) < 0:
-                        rc = -1
-                else:
-                    rc = ev_map_row(&e.after, vp2 + r, vn2 + r, ckind2, stride, ncols, rb.names,
-                                    rb.name_end, rb.is_key, False, rb.ctype, rb.fmemo)
-                if rc != 0:
+            elif map_end_row(&e.before, 0) < 0:
+                pos = -2
+                break
+            if olds == BLOCK_DELETES:
+                if map_end_row(&e.after, 0) < 0:
+                    pos = -2
                     break
-                done += 1
-            if rc != 0:
-                map_truncate(&e.before, base + done)
-                map_truncate(&e.after, base + done)
-                if rc < 0:
-                    raise MemoryError()
-            if done:
-                if (meta_reserve(&e.meta, done) < 0 or buf_reserve(&e.relid, 8 * done) < 0
-                        or buf_reserve(&e.rb, 4 * done) < 0 or buf_reserve(&e.before_kind, done) < 0
-                        or buf_reserve(&e.trunc, done) < 0 or buf_reserve(&e.toast_off, 4 * (done + 1)) < 0):
-                    raise MemoryError()
-                meta_put_run(&e.meta, refs + i, done, &self.ctx, op)
-                end = <int32_t>(e.toast_ids.len >> 2)
-                if e.toast_off.len == 0:
-                    memcpy(e.toast_off.data, &zero, 4)
-                    e.toast_off.len = 4
-                for r in range(done):
-                    memcpy(e.relid.data + e.relid.len + 8 * r, &relid, 8)
-                    memcpy(e.rb.data + e.rb.len + 4 * r, &rid, 4)
-                    e.before_kind.data[e.before_kind.len + r] = refs[i + r].p[5 + xo] if olds != BLOCK_NEW else 0
-                    e.trunc.data[e.trunc.len + r] = 0xFF
-                    memcpy(e.toast_off.data + e.toast_off.len + 4 * r, &end, 4)
-                e.relid.len += 8 * done
-                e.rb.len += 4 * done
-                e.before_kind.len += done
-                e.trunc.len += done
-                e.toast_off.len += 4 * done
-            i += done
-            if done < rows:
-                return i
-        return i
+            else:
+                if two:
+                    if end - pos < 3 or p[pos] != 78 or pgo_be16s(p + pos + 1) != ncols:
+                        pos = -1
+                        break
+                    pos += 3
+                pos = ev_tuple(&e.after, p, pos, end, ncols, rb.names, rb.name_end, rb.is_key,
+                               False, rb.ctype, rb.fmemo)
+                if pos < 0:
+                    break
+            if pos != end:
+                pos = -1
+                break
+            done += 1
+        if done < rows:
+            map_truncate(&e.before, base + done)
+            map_truncate(&e.after, base + done)
+            if pos == -2:
+                raise MemoryError()
+        if done:
+            if (meta_reserve(&e.meta, done) < 0 or buf_reserve(&e.relid, 8 * done) < 0
+                    or buf_reserve(&e.rb, 4 * done) < 0 or buf_reserve(&e.before_kind, done) < 0
+                    or buf_reserve(&e.trunc, done) < 0 or buf_reserve(&e.toast_off, 4 * (done + 1)) < 0):
+                raise MemoryError()
+            meta_put_run(&e.meta, refs + i, done, &self.ctx, op)
+            endo = <int32_t>(e.toast_ids.len >> 2)
+            if e.toast_off.len == 0:
+                memcpy(e.toast_off.data, &zero, 4)
+                e.toast_off.len = 4
+            for r in range(done):
+                memcpy(e.relid.data + e.relid.len + 8 * r, &relid, 8)
+                memcpy(e.rb.data + e.rb.len + 4 * r, &rid, 4)
+                e.before_kind.data[e.before_kind.len + r] = refs[i + r].p[5 + xo] if olds != BLOCK_NEW else 0
+                e.trunc.data[e.trunc.len + r] = 0xFF
+                memcpy(e.toast_off.data + e.toast_off.len + 4 * r, &endo, 4)
+            e.relid.len += 8 * done
+            e.rb.len += 4 * done
+            e.before_kind.len += done
+            e.trunc.len += done
+            e.toast_off.len += 4 * done
+        return i + done
 
     cdef Py_ssize_t _column_block(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
                                   RelBuilders rb, int olds, int xo) except -1:
