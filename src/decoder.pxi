@@ -2869,6 +2869,7 @@ cdef class DecoderCore:
     cdef EvStore ev
     cdef EvStore ev_spare           # an emptied spool's EvStore, for the next spool (warm pages)
     cdef list ev_chunks             # EvChunk: committed event rows before ev's (_ev_adopt)
+    cdef Py_ssize_t spool_hint      # bytes the last committed spool held in memory
     cdef dict tb_spare              # rb id -> RelBuilders a committed spool emptied (warm
                                     # memory for the next spool's typed rows)
     cdef Py_ssize_t ev_committed
@@ -3268,6 +3269,8 @@ cdef class DecoderCore:
         cdef int rc
         cdef bint events_kept = sp.ev_side and self.want_events
         cdef bint adopted = False
+        if sp.mem.len:
+            self.spool_hint = sp.mem.len
         if events_kept and ev_nbytes(&sp.ev) >= _ev_adopt_bytes and self.ev.meta.rows == self.ev_committed:
             self._ev_adopt(sp)
         elif events_kept:
@@ -3474,7 +3477,9 @@ cdef class DecoderCore:
 
     cdef void _side_init(self, Spool sp):
         """A new stream's or prepared transaction's spool keeps its event rows (_side) and
-        its typed rows (_tb_for)."""
+        its typed rows (_tb_for); its records start at the size the last one committed
+        held (one block, from the block cache: no growth through copies)."""
+        sp.mem.hint = self.spool_hint
         if self.want_events:
             sp.ev = self.ev_spare
             memset(&self.ev_spare, 0, sizeof(EvStore))
