@@ -201,7 +201,7 @@ cdef extern from *:
 # Keeping a bounded number of released blocks lets steady-state decoding (a batch's
 # output dropped before the next batch) write into warm pages. The bound (on the bytes
 # the blocks held, not their room, whose pages are not resident) defaults to an eighth
-# of physical memory, between 256 MiB and 1 GiB (set_buffer_cache_limit).
+# of physical memory, between 256 MiB and 2 GiB (set_buffer_cache_limit).
 # Only touched with the GIL held (all builder growth happens inside feed()).
 
 DEF CACHE_SLOTS = 1024
@@ -273,7 +273,7 @@ def _default_cache_limit():
         phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return 256 << 20
-    return max(256 << 20, min(1 << 30, phys // 8))
+    return max(256 << 20, min(2 << 30, phys // 8))
 
 
 _cache_limit = _default_cache_limit()
@@ -281,7 +281,7 @@ _cache_limit = _default_cache_limit()
 
 def set_buffer_cache_limit(Py_ssize_t nbytes):
     """Bytes of released output buffers kept for reuse (0 disables; the default is an
-    eighth of physical memory, between 256 MiB and 1 GiB)."""
+    eighth of physical memory, between 256 MiB and 2 GiB)."""
     global _cache_limit, _cache_n, _cache_total
     _cache_limit = nbytes
     while _cache_n and _cache_total > _cache_limit:
@@ -341,6 +341,15 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
     b.data = p
     b.cap = cap
     return 0
+
+
+cdef inline int buf_reserve_exact(Buf *b, Py_ssize_t n) noexcept nogil:
+    """buf_reserve of an empty Buf whose size is known up front (an output written at
+    export): the tightest cached block of at least n (the same output's of the last
+    batch), where growth would ask for the next power of two and take a bigger one."""
+    if b.cap == 0 and b.hint <= n:
+        b.hint = n + 1                 # (buf_reserve takes the hint when it is past need)
+    return buf_reserve(b, n)
 
 
 cdef inline int buf_append(Buf *b, const void *src, Py_ssize_t n) noexcept nogil:

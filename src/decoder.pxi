@@ -572,8 +572,8 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
         if total > 0x7FFFFFFF:
             raise DecodeError("the change-event table holds more than 2 GiB of names in one "
                               "batch; feed smaller batches", None, None)
-        if (buf_reserve(&offs, 4 * (n + 1)) < 0 or buf_reserve(&data, total + 16) < 0
-                or (nulls and buf_reserve(&valid, (n + 7) >> 3) < 0)):
+        if (buf_reserve_exact(&offs, 4 * (n + 1)) < 0 or buf_reserve_exact(&data, total + 16) < 0
+                or (nulls and buf_reserve_exact(&valid, (n + 7) >> 3) < 0)):
             raise MemoryError()
         if nulls:
             memset(valid.data, 0, <size_t>((n + 7) >> 3))
@@ -626,8 +626,8 @@ cdef object _kind_strings(const unsigned char *kinds, Py_ssize_t n):
     cdef unsigned char c, bits = 0
     memset(&offs, 0, sizeof(Buf)); memset(&data, 0, sizeof(Buf)); memset(&valid, 0, sizeof(Buf))
     try:
-        if (buf_reserve(&offs, 4 * (n + 1)) < 0 or buf_reserve(&data, n + 1) < 0
-                or buf_reserve(&valid, ((n + 7) >> 3) + 1) < 0):
+        if (buf_reserve_exact(&offs, 4 * (n + 1)) < 0 or buf_reserve_exact(&data, n + 1) < 0
+                or buf_reserve_exact(&valid, ((n + 7) >> 3) + 1) < 0):
             raise MemoryError()
         o = <int32_t *>offs.data
         o[0] = 0
@@ -1464,7 +1464,7 @@ cdef object _spread(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t 
         elif (pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_list(t)) and not (
                 pa.types.is_large_string(t) or pa.types.is_large_binary(t)):
             src_off = <const int32_t *><size_t>bufs[1].address
-            if buf_reserve(&offs, 4 * (n + 1)) < 0:
+            if buf_reserve_exact(&offs, 4 * (n + 1)) < 0:
                 raise MemoryError()
             off = <int32_t *>offs.data
             cur = src_off[0]
@@ -1493,7 +1493,7 @@ cdef object _spread(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t 
                 return None
             w //= 8
             src = <const unsigned char *><size_t>bufs[1].address
-            if buf_reserve(&data, n * w) < 0:
+            if buf_reserve_exact(&data, n * w) < 0:
                 raise MemoryError()
             memset(data.data, 0, <size_t>(n * w))
             if w == 8:
@@ -1555,7 +1555,7 @@ cdef object _spread_kinds(object kinds, const int32_t *rows, Py_ssize_t m, Py_ss
     cdef int32_t *off
     memset(&valid, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
     try:
-        if _spread_validity(&valid, NULL, rows, m, n, &count) < 0 or buf_reserve(&offs, 4 * (n + 1)) < 0:
+        if _spread_validity(&valid, NULL, rows, m, n, &count) < 0 or buf_reserve_exact(&offs, 4 * (n + 1)) < 0:
             raise MemoryError()
         off = <int32_t *>offs.data
         for r in range(n):
