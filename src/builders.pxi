@@ -306,7 +306,7 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
     cdef unsigned char *p
     if need <= b.cap:
         return 0
-    if b.cap == 0 and b.hint > need:
+    if b.cap == 0 and b.hint >= need:
         # the previous batch's size: one allocation instead of a doubling series. A
         # cached block of at least that size will do (the block this buffer was handed
         # over in last time is exactly that size): asking for the 1/8 of headroom too
@@ -347,8 +347,8 @@ cdef inline int buf_reserve_exact(Buf *b, Py_ssize_t n) noexcept nogil:
     """buf_reserve of an empty Buf whose size is known up front (an output written at
     export): the tightest cached block of at least n (the same output's of the last
     batch), where growth would ask for the next power of two and take a bigger one."""
-    if b.cap == 0 and b.hint <= n:
-        b.hint = n + 1                 # (buf_reserve takes the hint when it is past need)
+    if b.cap == 0 and b.hint < n:
+        b.hint = n
     return buf_reserve(b, n)
 
 

@@ -2382,29 +2382,26 @@ cdef Py_ssize_t ev_tuple(MapB *mb, const unsigned char *p, Py_ssize_t pos, Py_ss
             return -1
         kind = p[pos]
         if kind == 110:                          # 'n'
+            n = -1
             pos += 1
-            if key_only:
-                if not is_key[c]:
-                    continue                     # 'K' image: not part of the key
-                rc = map_key(mb, names, name_end, c)
-                if rc != 0:
-                    return -1 if rc == -2 else -2
-            if col_end_row(vals, 0, 0) < 0:
-                return -2
-            continue
-        if (kind != 116 and kind != 98) or end - pos < 5:
+        elif (kind != 116 and kind != 98) or end - pos < 5:
             return -1
-        n = pgo_be32s(p + pos + 1)
-        if <size_t>n > <size_t>(end - pos - 5):  # (negative lengths wrap)
-            return -1
-        v = p + pos + 5
-        pos += 5 + n
+        else:
+            n = pgo_be32s(p + pos + 1)
+            if <size_t>n > <size_t>(end - pos - 5):  # (negative lengths wrap)
+                return -1
+            v = p + pos + 5
+            pos += 5 + n
         if key_only:
             if not is_key[c]:
-                continue
+                continue                         # 'K' image: not part of the key
             rc = map_key(mb, names, name_end, c)
             if rc != 0:
                 return -1 if rc == -2 else -2
+        if n < 0:
+            if col_end_row(vals, 0, 0) < 0:
+                return -2
+            continue
         k = ctype[4 * c]
         if kind == 116 or k == K_TEXT or k == K_BPCHAR or k == K_JSON:
             # the text as sent, once checked (a text-like type's binary form is its text)
@@ -4032,7 +4029,6 @@ cdef class DecoderCore:
         cdef int32_t rid = rb.id
         cdef char op = b'd' if olds == BLOCK_DELETES else b'u' if olds == BLOCK_UPDATES_OLD else 0
         base = e.meta.rows
-        pos = 0
         while done < rows:
             p = refs[i + done].p
             end = refs[i + done].n

@@ -1481,6 +1481,17 @@ def test_streamed_typed_rows_kept_on_arrival(binary, limit, options, step, tmp_p
         assert not kept and (step != 1 or dropped)
 
 
+def _feed_in_steps(decs, msgs, lsns, step):
+    """Feed msgs to every decoder `step` messages at a time; after each feed the results
+    and what is pending must be equal. Yields (first message index, results)."""
+    for k in range(0, len(msgs), step):
+        results = [run_feed(dec, pa.array(msgs[k:k + step], pa.binary()), lsns[k:k + step])
+                   for dec in decs.values()]
+        assert_results_equal(*results, what=f"feed at {k}")
+        assert_pending_equal(decs, f"feed at {k}")
+        yield k, results
+
+
 @pytest.fixture
 def adopt_every_spool():
     """Every streamed or prepared commit adopts its spool's event rows whole (an
@@ -1505,11 +1516,7 @@ def test_adopted_event_rows(adopt_every_spool, options, step, tmp_path):
     decs = {name: make_decoder(impl, spill_dir=str(tmp_path), **options)
             for name, impl in IMPLS.items()}
     chunks = []
-    for k in range(0, len(msgs), step):
-        results = [run_feed(dec, pa.array(msgs[k:k + step], pa.binary()), lsns[k:k + step])
-                   for dec in decs.values()]
-        assert_results_equal(*results, what=f"feed at {k}")
-        assert_pending_equal(decs, f"feed at {k}")
+    for _, results in _feed_in_steps(decs, msgs, lsns, step):
         cs = results[0][1] if results[0][0] == "ok" else results[0][2]
         if cs is not None:
             chunks.append(len(cs.events.to_batches()))
@@ -1571,11 +1578,7 @@ def test_streamed_event_rows_kept_on_arrival(limit, options, step, tmp_path):
     decs = {name: make_decoder(impl, max_pending_bytes=limit, spill_dir=str(tmp_path), **options)
             for name, impl in IMPLS.items()}
     held_sizes = []
-    for k in range(0, len(msgs), step):
-        results = [run_feed(dec, pa.array(msgs[k:k + step], pa.binary()), lsns[k:k + step])
-                   for dec in decs.values()]
-        assert_results_equal(*results, what=f"feed at {k}")
-        assert_pending_equal(decs, f"feed at {k}")
+    for k, _ in _feed_in_steps(decs, msgs, lsns, step):
         held = decs["native"]._core._event_rows_held()
         for key, nbytes in held.items():
             assert nbytes is None or nbytes <= limit, (k, key, nbytes)
