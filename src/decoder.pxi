@@ -4005,7 +4005,7 @@ cdef class DecoderCore:
                 break
             if not rb.dirty:
                 self._touch(rb)
-            k = self._ev_block(refs, i, j, rb, olds, xo)
+            k = self._ev_block(refs, i, j, nrefs, rb, olds, xo)
             if k < j:
                 i = k
                 break
@@ -4014,11 +4014,12 @@ cdef class DecoderCore:
         return 0
 
     cdef Py_ssize_t _ev_block(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
-                              RelBuilders rb, int olds, int xo) except -1:
+                              Py_ssize_t nrefs, RelBuilders rb, int olds, int xo) except -1:
         """The rows i..j of an _ev_fast_run block into the change-event table: each
         change's tuples read and written into the maps in one pass (ev_tuple), then the
         rows' metadata a column at a time. Returns the first row not written (the
-        row-wise scan takes it from there)."""
+        row-wise scan takes it from there). nrefs: the messages there are (the next
+        block's are prefetched as this one goes)."""
         cdef EvStore *e = &self.ev
         cdef bint two = olds == BLOCK_UPDATES_OLD
         cdef int ncols = rb.ncols
@@ -4028,10 +4029,24 @@ cdef class DecoderCore:
         cdef int64_t relid = rb.relid
         cdef int32_t rid = rb.id
         cdef char op = b'd' if olds == BLOCK_DELETES else b'u' if olds == BLOCK_UPDATES_OLD else 0
+        cdef Py_ssize_t ahead = j + FAST_BLOCK_ROWS if j + FAST_BLOCK_ROWS < nrefs else nrefs
+        cdef Py_ssize_t fetch = j
+        cdef const unsigned char *q
         base = e.meta.rows
         while done < rows:
             p = refs[i + done].p
             end = refs[i + done].n
+            # the next block's messages (up to FAST_BLOCK_ROWS of them), a share per
+            # row, so that their first touch (block_end) finds them in cache: fetched
+            # while this block's values format, not while block_end waits for them
+            while fetch < ahead and (fetch - j) * rows <= done * (ahead - j):
+                q = refs[fetch].p
+                pgo_prefetch(q)
+                if refs[fetch].n > 64:
+                    pgo_prefetch(q + 64)
+                if refs[fetch].n > 128:
+                    pgo_prefetch(q + refs[fetch].n - 1)
+                fetch += 1
             pos = 8 + xo
             if olds != BLOCK_NEW:               # the old image: 'K' (key columns) or 'O'
                 pos = ev_tuple(&e.before, p, pos, end, ncols, rb.names, rb.name_end, rb.is_key,
