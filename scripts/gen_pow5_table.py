@@ -8,7 +8,14 @@ For float8, each entry is 128 bits stored as {low 64, high 64}:
   PGO_D_POW5_INV[i] = floor(2**(bitlen(5**i) - 1 + PGO_D_POW5_INV_BITS) / 5**i) + 1
                                                                         (i < 292)
 For float4 the same with 64-bit entries and PGO_F_POW5_BITS / PGO_F_POW5_INV_BITS
-(i < 48 and i < 31). tests/test_textformat.py checks the header against this script.
+(i < 48 and i < 31).
+
+For float8's Schubfach path (R. Giulietti, "The Schubfach way to render doubles", 2020),
+PGO_D_POW10_G[e - PGO_D_POW10_G_EMIN] = {g1, g0} for -292 <= e <= 324: with
+10**e = beta * 2**r, 2**125 <= beta < 2**126, g = floor(beta) + 1 = g1 * 2**63 + g0
+(g0 < 2**63).
+
+tests/test_textformat.py checks the header against this script.
 """
 
 D_POW5_BITS, D_POW5_INV_BITS, D_POW5_N, D_POW5_INV_N = 121, 122, 326, 292
@@ -27,6 +34,31 @@ def pow5_split(i, bits):
 def pow5_inv_split(i, bits):
     p = 5**i
     return (1 << (p.bit_length() - 1 + bits)) // p + 1
+
+
+G_EMIN, G_EMAX = -292, 324
+
+
+def flog2pow10(e):
+    """floor(log2(10**e)), exactly."""
+    if e >= 0:
+        return (10**e).bit_length() - 1
+    # 2**r <= 10**e < 2**(r + 1)  <=>  2**-r >= 10**-e > 2**(-r - 1)
+    r = -((10**-e).bit_length())
+    return r if (1 << -r) >= 10**-e else r - 1
+
+
+def pow10_g(e):
+    """Schubfach's g for 10**e (see the module doc)."""
+    r = flog2pow10(e) - 125
+    num, den = (10**e, 1) if e >= 0 else (1, 10**-e)
+    if r >= 0:
+        den <<= r
+    else:
+        num <<= -r
+    g = num // den + 1
+    assert 1 << 125 < g <= 1 << 126
+    return g
 
 
 def render():
@@ -60,6 +92,13 @@ def render():
     table("PGO_D_POW5_INV", [pow5_inv_split(i, D_POW5_INV_BITS) for i in range(D_POW5_INV_N)], 2)
     table("PGO_F_POW5", [pow5_split(i, F_POW5_BITS) for i in range(F_POW5_N)], 1)
     table("PGO_F_POW5_INV", [pow5_inv_split(i, F_POW5_INV_BITS) for i in range(F_POW5_INV_N)], 1)
+    out.append(f"#define PGO_D_POW10_G_EMIN ({G_EMIN})")
+    out.append(f"static const uint64_t PGO_D_POW10_G[{G_EMAX - G_EMIN + 1}][2] = {{    /* {{g1, g0}} */")
+    for e in range(G_EMIN, G_EMAX + 1):
+        g = pow10_g(e)
+        out.append(f"    {{0x{g >> 63:016x}ULL, 0x{g & (2**63 - 1):016x}ULL}},")
+    out.append("};")
+    out.append("")
     out.append("#endif")
     return "\n".join(out) + "\n"
 

@@ -27,6 +27,7 @@ cdef extern from "shortest.h" nogil:
         uint64_t mantissa
         int32_t exponent
     pgo_dec64 pgo_d2d(uint64_t bits)
+    pgo_dec64 pgo_d2d_fast(uint64_t bits)
     ctypedef struct pgo_dec32:
         uint32_t mantissa
         int32_t exponent
@@ -217,10 +218,142 @@ cdef extern from *:
             e[-1] = (char)(48 + v);
         return w + n;
     }
+
+    /* The 8 digits of v < 10^8, zero-padded, as ASCII in one word: the first digit in
+       the lowest byte. Split in lanes (4 + 4, then 2 + 2, then 1 + 1 digits), each
+       split a multiply and a shift per lane for all lanes at once. */
+    static inline uint64_t pgo_ascii8(uint32_t v) {
+        uint64_t x = v, hi, y;
+        hi = (x * 109951163ULL) >> 40;                         /* v / 10^4 */
+        y = hi | ((x - hi * 10000) << 32);
+        hi = ((y * 10486) >> 20) & 0x0000007F0000007FULL;       /* each lane / 100 */
+        y = hi | ((y - hi * 100) << 16);
+        hi = ((y * 103) >> 10) & 0x000F000F000F000FULL;          /* each lane / 10 */
+        y = hi | ((y - hi * 10) << 8);
+        return y | 0x3030303030303030ULL;
+    }
+
+    /* digits * 10^exp_dec (0 < digits < 10^17) at w as float8out/float4out lay it out:
+       fixed notation for a first-digit exponent e with -4 <= e < fixed_hi, else
+       d.ddde+XX; no trailing zeros. Writes up to 33 bytes from w (the caller's room is
+       40); returns the end.
+       With 128-bit integers on a little-endian host, all 17 digits (zero-padded) are
+       made at once (pgo_ascii8, no division or branch per digit), their trailing zeros
+       counted in the words, and the text is placed by shifts in registers and stored in
+       16-byte words: the integer part, then the point, then the rest over it. Nothing
+       written is read back (a load of bytes just stored in pieces waits for them to
+       reach the cache, behind every store before them). Elsewhere, one division splits
+       the digits at the point and pgo_w_u64 writes both parts. */
+    #include "endian.h"
+    #if defined(__SIZEOF_INT128__) && !defined(PGO_NO_INT128) && PGO_LITTLE_ENDIAN
+    static inline void pgo_st16(char *w, unsigned __int128 v) { memcpy(w, &v, 16); }
+    static inline char *pgo_w_float(char *w, uint64_t digits, int32_t exp_dec, int fixed_hi) {
+        const uint64_t a = digits / 100000000;
+        const uint32_t a1 = (uint32_t)(a / 100000000);
+        const uint64_t lo = pgo_ascii8((uint32_t)(digits - a * 100000000));
+        const uint64_t mid = pgo_ascii8((uint32_t)(a - (uint64_t)a1 * 100000000));
+        const unsigned __int128 T = ((unsigned __int128)lo << 64) | mid;  /* digits 2..17 */
+        const int nd = pgo_ndigits(digits);
+        int e = exp_dec + nd - 1, z, sig, i, p;
+        unsigned __int128 S;
+        uint64_t m;
+        char c16;
+        /* S: the digits from the first one in byte 0 (16 of them), c16 the 17th */
+        if (nd == 17) {
+            S = (T << 8) | (unsigned __int128)(48 + a1);
+            c16 = (char)(lo >> 56);
+        } else {
+            S = T >> (8 * (16 - nd));
+            c16 = 48;
+        }
+        m = lo ^ 0x3030303030303030ULL;        /* trailing zeros: the last digit is the */
+        if (m)                                 /* highest byte of lo */
+            z = pgo_clz64(m) >> 3;
+        else {
+            m = mid ^ 0x3030303030303030ULL;
+            z = 8 + (m ? pgo_clz64(m) >> 3 : 8);
+        }
+        sig = nd - z;                          /* the digits that print (>= 1) */
+        if (-4 <= e && e < fixed_hi) {
+            if (e < 0) {                       /* 0.000ddd */
+                memcpy(w, "0.00000", 8);
+                w += 1 - e;
+                pgo_st16(w, S);
+                w[16] = c16;
+                return w + sig;
+            }
+            if (sig <= e + 1) {                /* ddd000: an integer */
+                pgo_st16(w, S);
+                w[16] = c16;
+                if (nd >= e + 1)
+                    return w + e + 1;
+                w += nd;
+                for (i = nd; i < e + 1; i++)
+                    *w++ = 48;
+                return w;
+            }
+            p = e + 1;                         /* ddd.ddd: 1..15 digits before the point */
+            pgo_st16(w, S);
+            w[p] = 46;
+            pgo_st16(w + p + 1, S >> (8 * p));
+            w[17] = c16;
+            return w + sig + 1;
+        }
+        w[0] = (char)S;                        /* d.ddde+XX */
+        w[1] = 46;
+        pgo_st16(w + 2, S >> 8);
+        w[17] = c16;
+        w += sig > 1 ? sig + 1 : 1;
+    #else
+    static inline char *pgo_w_float(char *w, uint64_t digits, int32_t exp_dec, int fixed_hi) {
+        int nd, e, i, lo_n;
+        uint64_t scale;
+        while (digits % 10 == 0) {             /* (integers come with their trailing zeros) */
+            digits /= 10;
+            exp_dec++;
+        }
+        nd = pgo_ndigits(digits);
+        e = exp_dec + nd - 1;
+        if (-4 <= e && e < fixed_hi) {
+            if (e < 0) {
+                *w++ = 48;
+                *w++ = 46;
+                for (i = 0; i < -e - 1; i++)
+                    *w++ = 48;
+                return pgo_w_u64(w, digits, 0);
+            }
+            if (nd <= e + 1) {
+                w = pgo_w_u64(w, digits, 0);
+                for (i = nd; i < e + 1; i++)
+                    *w++ = 48;
+                return w;
+            }
+            lo_n = nd - e - 1;
+        } else
+            lo_n = nd - 1;
+        if (lo_n > 0) {
+            scale = pgo_pow10_u128[lo_n].lo;
+            w = pgo_w_u64(w, digits / scale, 0);
+            *w = 46;
+            w = pgo_w_u64(w + 1, digits % scale, lo_n);
+        } else
+            w = pgo_w_u64(w, digits, 0);
+        if (-4 <= e && e < fixed_hi)
+            return w;
+    #endif
+        w[0] = 101;
+        if (e < 0) {
+            w[1] = 45;
+            e = -e;
+        } else
+            w[1] = 43;
+        return pgo_w_u64(w + 2, (uint64_t)e, 2);
+    }
     """
     const char *FMT_DIGITS2 "pgo_digits2"
     int fmt_ndigits "pgo_ndigits" (uint64_t v) noexcept nogil
     char *fmt_w_u64 "pgo_w_u64" (char *w, uint64_t v, int width) noexcept nogil
+    char *fmt_w_float "pgo_w_float" (char *w, uint64_t digits, int32_t exp_dec, int fixed_hi) noexcept nogil
 
 
 cdef inline char *fmt_w_2(char *w, unsigned int v) noexcept nogil:
@@ -275,7 +408,8 @@ cdef inline int fmt_hex(Buf *out, const char *prefix, const unsigned char *p, Py
 # -- float4 / float8: shortest round-trip digits, laid out like PostgreSQL's Ryu -----
 #
 # The digits come from shortest.h, this project's Ryu (with PostgreSQL's choices: an
-# exact halfway decimal never prints); fmt_w_float places the point as
+# exact halfway decimal never prints; float8 by its Schubfach road, pgo_d2d_fast, which
+# gives the same digits); fmt_w_float (pgo_w_float) places the point as
 # float8out/float4out do.
 
 cdef int fmt_float(Buf *out, const unsigned char *p, bint single, const char **why) noexcept nogil:
@@ -311,58 +445,11 @@ cdef int fmt_float(Buf *out, const unsigned char *p, bint single, const char **w
         digits = dec32.mantissa
         exp_dec = dec32.exponent
     else:
-        dec = pgo_d2d(bits)
+        dec = pgo_d2d_fast(bits)
         digits = dec.mantissa
         exp_dec = dec.exponent
     fmt_commit(out, fmt_w_float(w, digits, exp_dec, 6 if single else 15))
     return 0
-
-
-cdef char *fmt_w_float(char *w, uint64_t digits, int32_t exp_dec, int fixed_hi) noexcept nogil:
-    """Write digits * 10**exp_dec (digits > 0) at w as float8out lays it out: fixed
-    notation for decimal exponents -4 <= e < fixed_hi, else d.ddde±XX; no trailing
-    zeros. The digits go straight to w, split at the point by one division."""
-    cdef int nd, e, i, lo_n
-    cdef uint64_t scale
-    while digits % 10 == 0:              # (integers come with their trailing zeros)
-        digits //= 10
-        exp_dec += 1
-    nd = fmt_ndigits(digits)
-    e = exp_dec + nd - 1                 # the first digit's decimal exponent
-    if -4 <= e < fixed_hi:
-        if e < 0:                        # 0.000ddd
-            w[0] = 48
-            w[1] = 46
-            w += 2
-            for i in range(-e - 1):
-                w[0] = 48
-                w += 1
-            return fmt_w_u64(w, digits, 0)
-        if nd <= e + 1:                  # ddd000
-            w = fmt_w_u64(w, digits, 0)
-            for i in range(e + 1 - nd):
-                w[0] = 48
-                w += 1
-            return w
-        lo_n = nd - e - 1                # ddd.ddd
-    else:
-        lo_n = nd - 1                    # d.ddde±XX
-    if lo_n > 0:
-        scale = pgo_pow10_u128[lo_n].lo
-        w = fmt_w_u64(w, digits // scale, 0)
-        w[0] = 46
-        w = fmt_w_u64(w + 1, digits % scale, lo_n)
-    else:
-        w = fmt_w_u64(w, digits, 0)
-    if -4 <= e < fixed_hi:
-        return w
-    w[0] = 101
-    if e < 0:
-        w[1] = 45
-        e = -e
-    else:
-        w[1] = 43
-    return fmt_w_u64(w + 2, <uint64_t>e, 2)
 
 
 # -- numeric -----------------------------------------------------------------------
@@ -690,7 +777,10 @@ cdef int fmt_timestamp_memo(Buf *out, int64_t ts, bint with_zone, FmtMemo *m,
     t -= sec * FMT_USECS_PER_SEC
     w = fmt_w_2(w, <unsigned int>minute)
     w[0] = 58
-    w = fmt_w_seconds(w + 1, <int>sec, <int>t)
+    if t == 0:                          # whole seconds: no fraction to lay out
+        w = fmt_w_2(w + 1, <unsigned int>sec)
+    else:
+        w = fmt_w_seconds(w + 1, <int>sec, <int>t)
     if with_zone:
         w[0] = 43           # '+00'
         w[1] = 48

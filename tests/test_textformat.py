@@ -479,6 +479,7 @@ def instants_in_runs(rnd):
              -946_684_800_000_000]                       # 1970-01-01
     bases += [rnd.randrange(TS_MIN_US, TS_END_US) for _ in range(30)]
     bases += [rnd.randrange(-800_000, 800_000) * US_PER_DAY + rnd.randrange(US_PER_DAY) for _ in range(30)]
+    bases += [b - b % 1_000_000 for b in bases[-20:]]          # whole seconds (no fraction)
     out = []
     for b in bases:
         steps = [0, 1, 59_999_999, 60_000_000, 1, US_PER_HOUR - 1, US_PER_HOUR, -1, -US_PER_HOUR,
@@ -577,6 +578,48 @@ def test_server_float_shortest_digits(pg_cursor, bits):
     # the server parsed each repr back to the very bit pattern (so the check covers them all)
     assert [int.from_bytes(b, "big") for _t, b in rows] == patterns
     check_rows(ColumnType(K_FLOAT8 if bits == 64 else K_FLOAT4), rows, sql_type)
+
+
+def float8_road_patterns(rnd):
+    """float8 bit patterns at the seams of shortest.h's two roads (pgo_d2d_fast): doubles
+    whose significand has as many trailing zero bits as Ryu's "vr is exact" test looks
+    for, one fewer and one more (the doubles Schubfach hands to Ryu, and their
+    neighbours); powers of two, whose gap below is half the one above, at every
+    exponent; the smallest normals and largest subnormals; integers at and past 2**53;
+    and short decimals with the doubles one unit either side."""
+    out = []
+    for bq in range(1, 1075):                   # binary exponents below 2 (e2 < 0)
+        e2 = bq - 1077
+        qr = ((-e2 * 732923) >> 20) - (1 if -e2 > 1 else 0)
+        for tz in (qr - 4, qr - 3, qr - 2):     # ntz(4c) = tz + 2 around qr - 1
+            if 0 <= tz <= 51 and rnd.random() < 0.25:
+                out.append((bq << 52) | (((rnd.getrandbits(52 - tz) | 1) << tz) & ((1 << 52) - 1)))
+    out += [bq << 52 for bq in range(1, 2047)]                       # powers of two
+    out += [(bq << 52) | 1 for bq in range(1, 2047, 7)]
+    out += [(1 << 52) | rnd.getrandbits(52) for _ in range(200)]      # smallest normals
+    out += [rnd.getrandbits(52) for _ in range(200)] + [(1 << 52) - 1, 1 << 52]
+    for k in range(53, 64):                                            # integers near 2**53
+        x = float(2**k + rnd.getrandbits(k - 52) * 2 ** (k - 52))
+        out.append(struct.unpack(">Q", struct.pack(">d", x))[0])
+    for _ in range(1500):                                              # short decimals
+        x = rnd.randint(1, 10 ** rnd.randint(1, 6)) * 10.0 ** rnd.randint(-12, 12)
+        b = struct.unpack(">Q", struct.pack(">d", x))[0]
+        out += [b - 1, b, b + 1]
+    return [b | (1 << 63) if rnd.random() < 0.3 else b for b in out]
+
+
+@pytest.mark.postgres
+def test_server_float8_at_the_roads_seams(pg_cursor):
+    """float8out against ours where shortest.h's Schubfach road hands over to Ryu's, and
+    where either has a special case (float8_road_patterns), every pattern sent exactly."""
+    rnd = random.Random(f"{SEED}-roads")
+    patterns = float8_road_patterns(rnd)
+    texts = [repr(struct.unpack(">d", struct.pack(">Q", b))[0]) for b in patterns]
+    rows = fetch(pg_cursor, "SELECT format('%%s', v), encode(float8send(v), 'hex') "
+                            "FROM (SELECT x::float8 FROM unnest(%s::text[]) AS x) AS t(v)", (texts,))
+    assert [int.from_bytes(b, "big") for _t, b in rows] == patterns
+    assert len(rows) > 7000
+    check_rows(ColumnType(K_FLOAT8), rows, "float8 at the roads' seams")
 
 
 @pytest.mark.checkout
