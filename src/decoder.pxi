@@ -2157,6 +2157,29 @@ cdef Py_ssize_t block_end(const MsgRef *refs, Py_ssize_t i, Py_ssize_t nrefs, ui
     return j
 
 
+cdef inline Py_ssize_t prefetch_msgs(const MsgRef *refs, Py_ssize_t fetch, Py_ssize_t upto) noexcept nogil:
+    """Ask for the cache lines of messages refs[fetch..upto) (a share of the next
+    block's, while this block's values are written), so that their first touch in
+    block_end finds them in cache instead of waiting for memory. Returns upto (fetch
+    when upto is not past it)."""
+    cdef const unsigned char *q
+    while fetch < upto:
+        q = refs[fetch].p
+        pgo_prefetch(q)                  # (a hint: never faults, never read)
+        if refs[fetch].n > 64:
+            pgo_prefetch(q + 64)
+        if refs[fetch].n > 128:
+            pgo_prefetch(q + refs[fetch].n - 1)
+        fetch += 1
+    return fetch
+
+
+cdef inline Py_ssize_t prefetch_end(Py_ssize_t j, Py_ssize_t nrefs) noexcept nogil:
+    """The end of the messages after a block ending at j that it prefetches: up to
+    FAST_BLOCK_ROWS of them (the next block's most)."""
+    return j + FAST_BLOCK_ROWS if j + FAST_BLOCK_ROWS < nrefs else nrefs
+
+
 cdef struct CpTables:        # the row pass's value tables, laid out in a scratch Buf
     const unsigned char **vp
     int32_t *vn
@@ -3933,7 +3956,7 @@ cdef class DecoderCore:
             if not rb.dirty:
                 self._touch(rb)
             if roomy and ncols > 0:
-                i = self._column_block(refs, i, j, rb, olds, xo)
+                i = self._column_block(refs, i, j, nrefs, rb, olds, xo)
             if with_old:
                 if i < j:            # the rest through _write_dml, one at a time
                     break
@@ -4029,24 +4052,12 @@ cdef class DecoderCore:
         cdef int64_t relid = rb.relid
         cdef int32_t rid = rb.id
         cdef char op = b'd' if olds == BLOCK_DELETES else b'u' if olds == BLOCK_UPDATES_OLD else 0
-        cdef Py_ssize_t ahead = j + FAST_BLOCK_ROWS if j + FAST_BLOCK_ROWS < nrefs else nrefs
-        cdef Py_ssize_t fetch = j
-        cdef const unsigned char *q
+        cdef Py_ssize_t ahead = prefetch_end(j, nrefs), fetch = j
         base = e.meta.rows
         while done < rows:
             p = refs[i + done].p
             end = refs[i + done].n
-            # the next block's messages (up to FAST_BLOCK_ROWS of them), a share per
-            # row, so that their first touch (block_end) finds them in cache: fetched
-            # while this block's values format, not while block_end waits for them
-            while fetch < ahead and (fetch - j) * rows <= done * (ahead - j):
-                q = refs[fetch].p
-                pgo_prefetch(q)
-                if refs[fetch].n > 64:
-                    pgo_prefetch(q + 64)
-                if refs[fetch].n > 128:
-                    pgo_prefetch(q + refs[fetch].n - 1)
-                fetch += 1
+            fetch = prefetch_msgs(refs, fetch, j + (done + 1) * (ahead - j) // rows)   # (a share per row)
             pos = 8 + xo
             if olds != BLOCK_NEW:               # the old image: 'K' (key columns) or 'O'
                 pos = ev_tuple(&e.before, p, pos, end, ncols, rb.names, rb.name_end, rb.is_key,
@@ -4103,12 +4114,13 @@ cdef class DecoderCore:
         return i + done
 
     cdef Py_ssize_t _column_block(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
-                                  RelBuilders rb, int olds, int xo) except -1:
+                                  Py_ssize_t nrefs, RelBuilders rb, int olds, int xo) except -1:
         """The rows i..j of a _fast_run block (room reserved) through the row pass and
         the column pass (cp_rows, cp_column), as far as they take them; returns the
         first row not written, from which the row-wise scan goes on. olds: what the
         block is made of (BLOCK_*); an old tuple goes to _before's dense columns, as
-        _scan_old writes it, before the row."""
+        _scan_old writes it, before the row. nrefs: the messages there are (the next
+        block's are prefetched, a share per column pass)."""
         cdef Column **cols = rb.cols
         cdef Column **before = rb.before
         cdef Py_ssize_t bbase
@@ -4135,6 +4147,7 @@ cdef class DecoderCore:
                 return i
         if stride < 1:
             stride = 1
+        cdef Py_ssize_t i0 = i, ahead = prefetch_end(j, nrefs), fetch = j
         if cp_tables(&self.cp_scratch, stride, ncols, two, &tb) < 0:
             raise MemoryError()
         vp = tb.vp
@@ -4165,6 +4178,9 @@ cdef class DecoderCore:
                         break
             if rc == 0:
                 for c in range(ncols):
+                    # this sub-block's share of the next block's messages, by columns
+                    fetch = prefetch_msgs(refs, fetch, j + ((i - i0) * ncols + (c + 1) * rows)
+                                          * (ahead - j) // ((j - i0) * ncols))
                     k = cp_column(cols[c], ckind2[c], vp2 + c * stride, vn2 + c * stride, done, &rc)
                     if k < done:
                         done = k
