@@ -180,8 +180,7 @@ static inline pgo_dec64 pgo_d2d(uint64_t bits) {
     return r;
 }
 
-/* floor(g * cp / 2^127) rounded to odd (its lowest bit or'ed with "inexact"), g =
- * g1 * 2^63 + g0 < 2^126 and cp < 2^63: Schubfach's rop */
+/* the high 64 bits of a * b */
 static inline uint64_t pgo_umulh(uint64_t a, uint64_t b) {
 #if defined(__SIZEOF_INT128__) && !defined(PGO_NO_INT128)
     return (uint64_t)(((unsigned __int128)a * b) >> 64);
@@ -193,6 +192,8 @@ static inline uint64_t pgo_umulh(uint64_t a, uint64_t b) {
 #endif
 }
 
+/* floor(g * cp / 2^127) rounded to odd (its lowest bit or'ed with "inexact"), g =
+ * g1 * 2^63 + g0 < 2^126 and cp < 2^63: Schubfach's rop */
 static inline uint64_t pgo_rop(uint64_t g1, uint64_t g0, uint64_t cp) {
     uint64_t x1 = pgo_umulh(g0, cp), y0 = g1 * cp, y1 = pgo_umulh(g1, cp), z;
     z = (y0 >> 1) + x1;
@@ -217,7 +218,7 @@ static inline pgo_dec64 pgo_d2d_fast(uint64_t bits) {
     if (bq == 0)
         return pgo_d2d(bits);
     if (q - 2 < 0) {
-        /* pgo_d2d's e2 < 0 road: its vr_exact when 4c has q' - 1 trailing zeros */
+        /* pgo_d2d's e2 < 0 road: its vr_exact, when 4c has at least q' - 1 trailing zero bits */
         const uint32_t qr = pgo_log10_pow5(2 - q) - (2 - q > 1);
         if (qr <= 1 || (qr < 63 && ((4 * c) & ((1ULL << (qr - 1)) - 1)) == 0))
             return pgo_d2d(bits);
