@@ -351,7 +351,6 @@ cdef extern from *:
     }
     """
     const char *FMT_DIGITS2 "pgo_digits2"
-    int fmt_ndigits "pgo_ndigits" (uint64_t v) noexcept nogil
     char *fmt_w_u64 "pgo_w_u64" (char *w, uint64_t v, int width) noexcept nogil
     char *fmt_w_float "pgo_w_float" (char *w, uint64_t digits, int32_t exp_dec, int fixed_hi) noexcept nogil
 
