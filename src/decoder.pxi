@@ -1829,6 +1829,8 @@ cdef inline bint copy_ascii(unsigned char *d, const unsigned char *s, Py_ssize_t
 
 
 DEF FAST_BLOCK_ROWS = 1024           # rows a _fast_run block reserves room for at once
+DEF CP_MIN_ROWS = 8                  # fewer rows: a block is written row-wise (the column
+                                     # pass's set-up costs more than it saves there)
 DEF FAST_BLOCK_BYTES = 1 << 20       # and message bytes (at least one message)
 DEF BLOCK_PREFETCH = 8               # messages block_end reads ahead
 DEF ROW_PREFETCH = 4096              # bytes the row pass asks for ahead of where it reads
@@ -2834,6 +2836,17 @@ cdef Py_ssize_t cp_column(Column *col, uint8_t kind, const unsigned char **vp, c
         if fn == text_decimal and col.fixed_width == 16 and col.precision <= 18:
             return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpTxtDec18 *>NULL)
     return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpParser *>NULL)
+
+
+cdef inline int cp_toast_clear(Column *col, Py_ssize_t start, Py_ssize_t n) noexcept nogil:
+    """The TOAST bits of rows [start, start + n) that the column pass stored, 0 (none of
+    its values is a 'u'), in a column that keeps them (any_toast: it has had one since
+    the last commit; col_end_row sets a bit per row there). -1: no memory."""
+    cdef Buf none
+    if not col.any_toast or n <= 0:
+        return 0
+    memset(&none, 0, sizeof(Buf))       # (no bits: all 0)
+    return bits_append(&col.toast, start, &none, n)
 
 
 cdef void cp_cut(Column *col, Py_ssize_t n) noexcept nogil:
@@ -3955,11 +3968,11 @@ cdef class DecoderCore:
                 roomy = roomy and rc == 0
             if not rb.dirty:
                 self._touch(rb)
-            if roomy and ncols > 0:
+            if roomy and ncols > 0 and j - i >= CP_MIN_ROWS:
                 i = self._column_block(refs, i, j, nrefs, rb, olds, xo)
             if with_old:
                 if i < j:            # the rest through _write_dml, one at a time
-                    break
+                    i = self._typed_rows(refs, i, j, index, rb, xo)
                 continue
             while i < j:
                 m = &refs[i]
@@ -3983,6 +3996,35 @@ cdef class DecoderCore:
         index[0] = i
         return 0
 
+    cdef Py_ssize_t _dml_rows(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
+                              Py_ssize_t *index, RelBuilders rb, int xo) except -1:
+        """Changes refs[i:j] of rb's relation (I/U/D, their headers checked by
+        block_end) written one at a time by _write_dml, as the caller would: a block too
+        short for the block writers. *index is kept at the change being written. Returns
+        j."""
+        cdef Cursor c
+        while i < j:
+            index[0] = i
+            cur_init(&c, refs[i].p, refs[i].n)
+            c.pos = 1 + xo
+            self._write_dml(&refs[i], &c, refs[i].p[0], rb)
+            i += 1
+        return i
+
+    cdef Py_ssize_t _typed_rows(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
+                                Py_ssize_t *index, RelBuilders rb, int xo) except -1:
+        """_dml_rows into the typed tables only: the rest of a block of old tuples that
+        the column pass did not take (or too short for it). With the change-event table
+        also built, its rows for these changes are already written (_run_fast): the
+        typed tables go on here instead of stopping the run, after which the event rows
+        past the stop would be cut and written again from there."""
+        cdef bint events = self.want_events
+        self.want_events = False
+        try:
+            return self._dml_rows(refs, i, j, index, rb, xo)
+        finally:
+            self.want_events = events
+
     cdef int _run_fast(self, const MsgRef *refs, Py_ssize_t *index, Py_ssize_t nrefs,
                        RelBuilders rb, int xo) except -1:
         """The block writers for what this decoder builds: _fast_run (typed tables),
@@ -4004,9 +4046,11 @@ cdef class DecoderCore:
             return 0
         index[0] = i
         self.ctx.seq = seq
-        self._fast_run(refs, index, k, rb, xo)
-        if index[0] < k:
-            ev_truncate(&self.ev, ev_base + (index[0] - i))
+        try:
+            self._fast_run(refs, index, k, rb, xo)
+        finally:
+            if index[0] < k:
+                ev_truncate(&self.ev, ev_base + (index[0] - i))
         return 0
 
     cdef int _ev_fast_run(self, const MsgRef *refs, Py_ssize_t *index, Py_ssize_t nrefs,
@@ -4028,6 +4072,11 @@ cdef class DecoderCore:
                 break
             if not rb.dirty:
                 self._touch(rb)
+            if j - i < CP_MIN_ROWS:
+                if self.want_tables:
+                    break                # (the caller writes it row-wise, both outputs)
+                i = self._dml_rows(refs, i, j, index, rb, xo)
+                continue
             k = self._ev_block(refs, i, j, nrefs, rb, olds, xo)
             if k < j:
                 i = k
@@ -4142,9 +4191,6 @@ cdef class DecoderCore:
         cdef char op = b'd' if olds == BLOCK_DELETES else b'u' if olds == BLOCK_UPDATES_OLD else 0
         cdef unsigned char *brows
         cdef unsigned char *bkind
-        for c in range(ncols):
-            if cols[c].any_toast or (olds != BLOCK_NEW and before[c].any_toast):
-                return i
         if stride < 1:
             stride = 1
         cdef Py_ssize_t i0 = i, ahead = prefetch_end(j, nrefs), fetch = j
@@ -4191,6 +4237,11 @@ cdef class DecoderCore:
                     cp_cut(cols[c], base + done)
                     if olds != BLOCK_NEW:
                         cp_cut(before[c], bbase + done)
+            for c in range(ncols):
+                # a column that has had an unchanged TOAST value ('u') keeps a bit per row
+                if cp_toast_clear(cols[c], base, done) < 0 or (
+                        olds != BLOCK_NEW and cp_toast_clear(before[c], bbase, done) < 0):
+                    raise MemoryError()
             if olds != BLOCK_NEW:
                 row32 = <int32_t>meta.rows
                 brows = rb.before_rows.data + rb.before_rows.len

@@ -1070,6 +1070,127 @@ def test_spooled_event_runs_stop_mid_block(binary, breaker, deletes, wrap, table
     _column_pass_case(binary, breaker, 1023, deletes, wrap, events=True, tables=tables)
 
 
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+@pytest.mark.parametrize("mode", ["events", "tables", "both"])
+@pytest.mark.parametrize("shape", ["runs", "interleaved"])
+@pytest.mark.parametrize("wrap", [None, "stream"])
+def test_unchanged_toast_then_blocks(binary, mode, shape, wrap):
+    """A column that has had an unchanged-TOAST value ('u') keeps a TOAST bit per row
+    until the commit; the column pass writes the bits of the rows it stores (0), so
+    runs after a 'u' still go through it. Runs of updates with a 'u' now and then, of
+    inserts, and of deletes (old keys), or the three interleaved at random (blocks of
+    one to a few rows, written row-wise below 8 rows); with the change-event table, the
+    typed tables or both (the core writes both over a run without stopping the typed
+    tables at a block of old keys). The same ChangeSet as the reference decoder, the
+    typed table holds the values that were encoded, and exactly the 'u' rows are marked
+    unchanged."""
+    cols = [(20, "id"), (23, "i4"), (25, "body"), (701, "f"), (1184, "ts")]
+    rel = Relation(16384, "public", "t", "d",
+                   tuple(RelationColumn(1 if i == 0 else 0, name, oid, -1)
+                         for i, (oid, name) in enumerate(cols)), None)
+    base = datetime.datetime(2024, 3, 1, 10, tzinfo=datetime.timezone.utc)
+    rng = random.Random(11 + binary)
+    X = 800
+    xid = X if wrap == "stream" else None
+    # a committed transaction of 3 rows first: the TOAST bits of the next ones share a
+    # byte with them (a dry run of a spooled run writes and then cuts rows there)
+    want = [("i", [-r - 1, r, f"pre-{r}", r / 2, base], False) for r in range(3)]
+    msgs = [encode_message(rel), encode_message(Begin(8_000_000, 0, X - 1))]
+    msgs += [encode_message(Insert(16384, tuple(_encode_value(v, o, binary)
+                                                for v, (o, _) in zip(row, cols)), None))
+             for _, row, _ in want]
+    msgs += [encode_message(Commit(0, 8_000_000, 8_000_005, 0)),
+             encode_message(Begin(9_000_000, 0, X) if wrap is None else StreamStart(X, 1))]
+
+    def aborted_sub():
+        # a subtransaction of updates that all leave the body unchanged, aborted: its
+        # rows are cut back, and the TOAST bits' last byte kept their 1s for the rows
+        # that take their places
+        sub = [encode_message(StreamStop())]
+        for r in range(20):
+            vals = [_encode_value(v, o, binary) for v, (o, _) in zip([r, r, "x", 0.5, base], cols)]
+            vals[2] = UNCHANGED_TOAST
+            sub.append(encode_message(Update(16384, None, None, tuple(vals), X + 1)))
+        return sub[1:] + [encode_message(StreamStop()), encode_message(StreamAbort(X, X + 1, None, None)),
+                          encode_message(StreamStart(X, 0))]
+
+    if shape == "runs":
+        kinds = []
+        for what, n in (("u", 301), ("i", 700), ("d", 500), ("u", 900), ("d", 40), ("i", 3)):
+            kinds += [what] * n
+    else:
+        kinds = [rng.choice("iud") for _ in range(3000)]
+    for r, what in enumerate(kinds):
+        if wrap == "stream" and r in (301, 2005):
+            msgs += aborted_sub()
+        row = [r, r * 3 - 7, f"body-{r}", r / 9, base + datetime.timedelta(seconds=r)]
+        toast = what == "u" and (r in (0, 2) or rng.random() < 0.05)
+        new = tuple(UNCHANGED_TOAST if (toast and o == 25) else _encode_value(v, o, binary)
+                    for v, (o, _) in zip(row, cols))
+        if what == "i":
+            m = Insert(16384, new, xid)
+        elif what == "u":
+            m = Update(16384, None, None, new, xid)
+        else:
+            row = [row[0]] + [None] * (len(cols) - 1)
+            m = Delete(16384, "K", (new[0],) + (None,) * (len(cols) - 1), xid)
+        msgs.append(encode_message(m))
+        want.append((what, row, toast))
+    if wrap is None:
+        msgs.append(encode_message(Commit(0, 9_000_000, 9_000_005, 0)))
+    else:
+        msgs += [encode_message(StreamStop()),
+                 encode_message(StreamCommit(X, 0, 9_000_000, 9_000_005, 0))]
+    lsns = [100 + 10 * i for i in range(len(msgs))]
+    kw = {"events": {"tables": False}, "tables": {"events": False}, "both": {}}[mode]
+    feed_both([(msgs, lsns)], **kw)
+    feed_both([(msgs[:1500], lsns[:1500]), (msgs[1500:], lsns[1500:])], **kw)
+    # the open transaction cut by the batches dropped from the builders and held as raw
+    # messages (past max_pending_bytes): its rows written, cut back, then replayed
+    feed_both([(msgs[:1500], lsns[:1500]), (msgs[1500:], lsns[1500:])], max_pending_bytes=4096, **kw)
+    cs = make_decoder(native, **kw).feed(pa.array(msgs, pa.binary()), lsns)
+    if mode != "events":
+        table = cs.tables["public.t"]
+        assert table.num_rows == len(want)
+        for c, (_, name) in enumerate(cols):
+            assert table.column(name).to_pylist() == [
+                None if (toast and c == 2) else row[c] for _, row, toast in want], name
+    if mode != "tables":
+        ev = cs.events
+        assert ev.num_rows == len(want)
+        assert ev.column("op").to_pylist() == [{"i": "c", "u": "u", "d": "d"}[w] for w, _, _ in want]
+        assert [bool(u) for u in ev.column("unchanged_toast").to_pylist()] == [t for _, _, t in want]
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+@pytest.mark.parametrize("at", [0, 5, 39])
+def test_both_outputs_old_rows_past_a_special(binary, at):
+    """With both outputs, the core writes a run's event rows first, then the typed rows
+    of the same changes. A block of old rows (deletes of REPLICA IDENTITY FULL) that the
+    typed column pass stops in (a numeric NaN: a special value) goes on row-wise into the
+    typed tables only, the event rows being written already: the same ChangeSet as the
+    reference decoder, one event row and one typed row per change."""
+    cols = [(20, "id"), (1700, "n"), (25, "s")]
+    rel = Relation(16384, "public", "t", "f",
+                   tuple(RelationColumn(1, name, oid, ((12 << 16) | 2) + 4 if oid == 1700 else -1)
+                         for oid, name in cols), None)
+    nan = Value("b", struct.pack(">hhHh", 0, 0, 0xC000, 0)) if binary else Value("t", b"NaN")
+    msgs = [encode_message(rel), encode_message(Begin(9_000_000, 0, 700))]
+    for r in range(40):
+        old = [_encode_value(r, 20, binary), _encode_value(r + 1, 1700, binary),
+               _encode_value(f"s{r}", 25, binary)]
+        if r == at:
+            old[1] = nan
+        msgs.append(encode_message(Delete(16384, "O", tuple(old), None)))
+    msgs.append(encode_message(Commit(0, 9_000_000, 9_000_005, 0)))
+    lsns = [100 + 10 * i for i in range(len(msgs))]
+    feed_both([(msgs, lsns)])
+    cs = make_decoder(native).feed(pa.array(msgs, pa.binary()), lsns)
+    assert cs.events.num_rows == 40
+    assert cs.tables["public.t"].num_rows == 40
+    assert cs.events.column("op").to_pylist() == ["d"] * 40
+
+
 _EVENT_BREAKERS = _BREAKERS + ["non_ascii", "bad_utf8"]
 
 
