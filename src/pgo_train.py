@@ -52,9 +52,9 @@ from pgoutput_fast import (
     Value,
     decode_message,
     encode_message,
+    pg_timestamp_to_datetime,
 )
 
-PG_EPOCH = _dt.datetime(2000, 1, 1, tzinfo=_dt.timezone.utc)
 PG_EPOCH_DATE = _dt.date(2000, 1, 1)
 
 
@@ -94,7 +94,7 @@ def _ts(rng, tz):
     us = rng.randrange(-2 * 10**15, 2 * 10**15) if rng.random() < 0.05 else rng.randrange(7 * 10**14, 9 * 10**14)
     if rng.random() < 0.5:
         us -= us % 10**6                                  # whole seconds
-    t = PG_EPOCH + _dt.timedelta(microseconds=us)
+    t = pg_timestamp_to_datetime(us)
     text = t.strftime("%Y-%m-%d %H:%M:%S")
     if t.microsecond:
         text += (".%06d" % t.microsecond).rstrip("0")
