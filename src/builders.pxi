@@ -396,7 +396,7 @@ cdef inline int buf_append16(Buf *b, const void *src) noexcept nogil:
 
 
 cdef inline void buf_free(Buf *b) noexcept nogil:
-    pgo_blk_free(b.data, <size_t>b.cap)
+    release_block(b.data, b.cap, b.cap)
     b.data = NULL
     b.len = 0
     b.cap = 0

@@ -324,7 +324,7 @@ cdef object _int32_run(Py_ssize_t count, int32_t step):
     cdef int32_t *v
     cdef Py_ssize_t i
     memset(&b, 0, sizeof(Buf))
-    if buf_reserve(&b, 4 * count) < 0:
+    if buf_reserve_exact(&b, 4 * count) < 0:
         raise MemoryError()
     v = <int32_t *>b.data
     for i in range(count):
@@ -620,13 +620,18 @@ cdef object _kind_strings(const unsigned char *kinds, Py_ssize_t n):
     """pa.string() of each row's old-image kind: "K" or "O" (the byte), null for 0.
     One pass, no temporaries."""
     cdef Buf offs, data, valid
-    cdef Py_ssize_t i, nulls = 0
+    cdef Py_ssize_t i, nulls = 0, kept = 0
     cdef int32_t end = 0
     cdef int32_t *o
     cdef unsigned char c, bits = 0
     memset(&offs, 0, sizeof(Buf)); memset(&data, 0, sizeof(Buf)); memset(&valid, 0, sizeof(Buf))
+    # the data's exact size first: a block the size of every row would be trimmed to the
+    # kinds' bytes at hand-over and be too small for the next batch's reservation, which
+    # would then fault in a fresh one each time
+    for i in range(n):
+        kept += kinds[i] == 75 or kinds[i] == 79
     try:
-        if (buf_reserve_exact(&offs, 4 * (n + 1)) < 0 or buf_reserve_exact(&data, n + 1) < 0
+        if (buf_reserve_exact(&offs, 4 * (n + 1)) < 0 or buf_reserve_exact(&data, kept + 1) < 0
                 or buf_reserve_exact(&valid, ((n + 7) >> 3) + 1) < 0):
             raise MemoryError()
         o = <int32_t *>offs.data

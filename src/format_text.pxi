@@ -453,6 +453,98 @@ cdef int fmt_float(Buf *out, const unsigned char *p, bint single, const char **w
 
 # -- numeric -----------------------------------------------------------------------
 
+cdef extern from *:
+    """
+    /* The common numeric, written straight (no loop, no division): 1 to 4 base-10000
+       digits, the first nonzero, weight -1..3, a plain sign, and a dscale that the 16
+       decimal digits of those groups cover (the groups' digits from the point on, so
+       that no zero is padded past them). Every group is made ASCII at once (two words of
+       two groups each, the lanes split by multiplies as in pgo_ascii8), and the integer
+       part and the fraction are stored from that 16-byte text by shifts. p: the value
+       (n bytes, n >= 8), as numeric_send writes it. Returns the end (up to 35 bytes
+       written from w), or NULL for any other value, which fmt_numeric's general loop
+       then writes or rejects: this path takes only well-formed values, and writes
+       what that loop writes for them (get_str_from_var: exactly dscale fraction
+       digits, the digits past them cut, the sign kept: a value of this shape is never
+       zero at its scale). */
+    #if defined(__SIZEOF_INT128__) && !defined(PGO_NO_INT128) && PGO_LITTLE_ENDIAN
+    static inline int pgo_ctz64(uint64_t x) {   /* x != 0 */
+    #if defined(__GNUC__) || defined(__clang__)
+        return __builtin_ctzll(x);
+    #else
+        int n = 0;
+        while (!(x & 1)) { x >>= 1; n++; }
+        return n;
+    #endif
+    }
+    static inline uint64_t pgo_ascii4x2(uint64_t g0, uint64_t g1) {   /* g0, g1 < 10^4 */
+        uint64_t y = g0 | (g1 << 32), hi;
+        hi = ((y * 10486) >> 20) & 0x0000007F0000007FULL;       /* each lane / 100 */
+        y = hi | ((y - hi * 100) << 16);
+        hi = ((y * 103) >> 10) & 0x000F000F000F000FULL;          /* each lane / 10 */
+        y = hi | ((y - hi * 10) << 8);
+        return y | 0x3030303030303030ULL;
+    }
+    static inline char *pgo_numeric_fast(char *w, const unsigned char *p, Py_ssize_t n) {
+        const uint32_t nd = pgo_be16(p), sign = pgo_be16(p + 4), dscale = pgo_be16(p + 6);
+        const int32_t weight = pgo_be16s(p + 2);
+        uint64_t g0, g1 = 0, g2 = 0, g3 = 0, w0, w1 = 0x3030303030303030ULL;
+        unsigned __int128 A;
+        int lz0, ip;
+        if (nd - 1 > 3 || n != 8 + 2 * (Py_ssize_t)nd || (sign & 0xBFFF) != 0
+                || weight < -1 || weight > 3 || (int32_t)dscale > 16 - 4 * (weight + 1))
+            return NULL;
+        g0 = pgo_be16(p + 8);
+        if (nd > 1) {
+            g1 = pgo_be16(p + 10);
+            if (nd > 2) {
+                g2 = pgo_be16(p + 12);
+                if (nd > 3)
+                    g3 = pgo_be16(p + 14);
+            }
+        }
+        if (g0 == 0 || g0 > 9999 || g1 > 9999 || g2 > 9999 || g3 > 9999)
+            return NULL;
+        w0 = pgo_ascii4x2(g0, g1);
+        if (nd > 2)
+            w1 = pgo_ascii4x2(g2, g3);
+        A = ((unsigned __int128)w1 << 64) | w0;
+        lz0 = pgo_ctz64(w0 ^ 0x3030303030303030ULL) >> 3;   /* the first group's leading zeros */
+        if (weight < 0) {                                   /* 0.dddd */
+            if (lz0 >= (int)dscale)
+                return NULL;                                /* (zero at its scale) */
+            if (sign) {
+                w[0] = 45;
+                w++;
+            }
+            w[0] = 48;
+            w[1] = 46;
+            pgo_st16(w + 2, A);
+            return w + 2 + dscale;
+        }
+        if (sign) {
+            w[0] = 45;
+            w++;
+        }
+        ip = 4 * (weight + 1);                              /* 4..16 */
+        pgo_st16(w, A >> (8 * lz0));
+        w += ip - lz0;
+        if (dscale == 0)
+            return w;
+        w[0] = 46;                                          /* (ip < 16 here) */
+        pgo_st16(w + 1, A >> (8 * ip));
+        return w + 1 + dscale;
+    }
+    #else
+    static inline char *pgo_numeric_fast(char *w, const unsigned char *p, Py_ssize_t n) {
+        (void)w; (void)p; (void)n;
+        return NULL;
+    }
+    #endif
+    """
+    char *fmt_numeric_fast "pgo_numeric_fast" (char *w, const unsigned char *p, Py_ssize_t n) noexcept nogil
+
+
 cdef int fmt_numeric(Buf *out, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
     """numeric_recv's checks, then get_str_from_var: exactly dscale fraction digits."""
     cdef Py_ssize_t ndigits, i, d, first, k
@@ -463,6 +555,14 @@ cdef int fmt_numeric(Buf *out, const unsigned char *p, Py_ssize_t n, const char 
     if n < 8:
         why[0] = FMT_E_NUM_SHORT
         return -1
+    w = fmt_room(out, 40)
+    if w == NULL:
+        why[0] = FMT_E_NOMEM
+        return -1
+    w = fmt_numeric_fast(w, p, n)
+    if w != NULL:
+        fmt_commit(out, w)
+        return 0
     ndigits = pgo_be16(p)
     weight = pgo_be16s(p + 2)
     sign = pgo_be16(p + 4)

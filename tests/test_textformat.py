@@ -222,7 +222,13 @@ def src_float4(rnd):
 NUMERIC_SPECIALS = ["NaN", "Infinity", "-Infinity", "0", "-0", "0.000", "-0.000", "0.1", "0.100", "1234.500", "-1234.5",
                     "1e-20", "123456789012345678901234567890.123456789", "0.0001", "10000", "9999.9999", "1e100",
                     "-1e-100", "1e1000", "1.000000000000000000001", "100000000", "0.00001000", "-99999999.99999999",
-                    "5", "50", "500", "5000", "50000", "0.5", "0.05", "0.005", "0.0005", "0.00005"]
+                    "5", "50", "500", "5000", "50000", "0.5", "0.05", "0.005", "0.0005", "0.00005",
+                    # around the straight path's bounds (1-4 groups, weight -1..3, the fraction
+                    # within the groups' 16 digits): in, just out, and zero at the scale
+                    "1234567890123456", "-1234567890123456", "12345678901234567", "123456789012.3456",
+                    "-123456789012.3456", "12345678901.23456", "0.1234567890123456", "-0.1234567890123456",
+                    "0.12345678901234567", "0.00012345", "-0.0001", "9999", "10000.5", "-0.5000",
+                    "1.0000000000000000", "99999999.00000000", "0.000000000000001"]
 
 
 def src_numeric(rnd):
@@ -935,6 +941,25 @@ def numeric_values(draw):
 @given(numeric_values(), st.sampled_from([K_NUMERIC_STR, K_DECIMAL]))
 def test_numeric_structured(blob, kind):
     assert_twins(ColumnType(kind, 38, 10), blob)
+
+
+def test_numeric_straight_path_grid():
+    """Every shape at and around the native straight path's bounds (pgo_numeric_fast:
+    1-4 base-10000 digits, the first nonzero, weight -1..3, a plain sign, dscale within
+    the groups' 16 digits), against the reference: the path takes exactly the values it
+    can write as the general loop does, and hands the rest to it."""
+    groups = [[1], [9999], [10], [1000, 1], [1234, 5600], [0, 5], [9999, 9999, 9999, 9999],
+              [1, 0, 0, 1], [5, 10000], [7, 1, 2, 3, 4], [500], [1, 2, 3]]
+    seen = 0
+    for digits in groups:
+        for weight in range(-3, 6):
+            for dscale in range(0, 20):
+                for sign in (0x0000, 0x4000):
+                    blob = struct.pack(">HhHH", len(digits), weight, sign, dscale)
+                    blob += b"".join(struct.pack(">H", d) for d in digits)
+                    status, text = assert_twins(ColumnType(K_NUMERIC_STR), blob)
+                    seen += status == "ok"
+    assert seen > 3000
 
 
 @st.composite
