@@ -233,6 +233,51 @@ cdef extern from *:
         return y | 0x3030303030303030ULL;
     }
 
+    /* "MM:SS[.ffffff][+00]" of t µs into the hour (0 <= t < 3.6e9), as a timestamp's text
+       ends (AppendSeconds with precision 6: the fraction without trailing zeros), in word
+       stores: the minutes, the colon and the seconds from the 00..99 table in one word,
+       the fraction's 6 digits from pgo_ascii8 with its trailing zeros counted in the
+       word. Writes up to 16 bytes from w; returns the end. Little-endian hosts; the
+       others take fmt_timestamp_memo's own steps. */
+    #if PGO_LITTLE_ENDIAN
+    #define PGO_HAVE_W_MMSS 1
+    static inline char *pgo_w_mmss(char *w, uint32_t t, int with_zone) {
+        const uint32_t minute = t / 60000000u, r = t - minute * 60000000u;
+        const uint32_t sec = r / 1000000u, fsec = r - sec * 1000000u;
+        uint16_t m2, s2;
+        uint64_t word, f, z;
+        int nd;
+        memcpy(&m2, pgo_digits2 + 2 * minute, 2);
+        memcpy(&s2, pgo_digits2 + 2 * sec, 2);
+        word = (uint64_t)m2 | ((uint64_t)58 << 16) | ((uint64_t)s2 << 24);
+        if (fsec == 0) {
+            word |= (uint64_t)0x30302B << 40;          /* "+00" (kept only with a zone) */
+            memcpy(w, &word, 8);
+            return w + (with_zone ? 8 : 5);
+        }
+        memcpy(w, &word, 8);
+        f = pgo_ascii8(fsec) >> 16;                    /* the 6 digits, the first lowest */
+        z = (f ^ 0x303030303030ULL) & 0xFFFFFFFFFFFFULL;
+        nd = (63 - pgo_clz64(z)) / 8 + 1;              /* up to the last nonzero digit */
+        f = 46 | (f << 8);                             /* ".ffffff" */
+        memcpy(w + 5, &f, 8);
+        w += 6 + nd;
+        if (with_zone) {
+            w[0] = 43;
+            w[1] = 48;
+            w[2] = 48;
+            w += 3;
+        }
+        return w;
+    }
+    #else
+    #define PGO_HAVE_W_MMSS 0
+    static inline char *pgo_w_mmss(char *w, uint32_t t, int with_zone) {
+        (void)t; (void)with_zone;
+        return w;
+    }
+    #endif
+
     /* digits * 10^exp_dec (0 < digits < 10^17) at w as float8out/float4out lay it out:
        fixed notation for a first-digit exponent e with -4 <= e < fixed_hi, else
        d.ddde+XX; no trailing zeros. Writes up to 33 bytes from w (the caller's room is
@@ -353,6 +398,8 @@ cdef extern from *:
     const char *FMT_DIGITS2 "pgo_digits2"
     char *fmt_w_u64 "pgo_w_u64" (char *w, uint64_t v, int width) noexcept nogil
     char *fmt_w_float "pgo_w_float" (char *w, uint64_t digits, int32_t exp_dec, int fixed_hi) noexcept nogil
+    bint FMT_HAVE_W_MMSS "PGO_HAVE_W_MMSS"
+    char *fmt_w_mmss "pgo_w_mmss" (char *w, uint32_t t, int with_zone) noexcept nogil
 
 
 cdef inline char *fmt_w_2(char *w, unsigned int v) noexcept nogil:
@@ -870,6 +917,12 @@ cdef int fmt_timestamp_memo(Buf *out, int64_t ts, bint with_zone, FmtMemo *m,
     memcpy(w, m.text, 16)
     w += m.len
     t = ts - hour * FMT_USECS_PER_HOUR
+    if FMT_HAVE_W_MMSS:
+        w = fmt_w_mmss(w, <uint32_t>t, with_zone)
+        if m.bc:
+            w = fmt_w_str(w, b" BC")
+        fmt_commit(out, w)
+        return 0
     minute = t // FMT_USECS_PER_MINUTE
     t -= minute * FMT_USECS_PER_MINUTE
     sec = t // FMT_USECS_PER_SEC
