@@ -45,7 +45,8 @@ def set_buffer_cache_limit(nbytes: int) -> None:
     """Bytes of released output buffers kept for reuse (0 disables; default 256 MiB)."""
 
 def buffer_cache_info() -> dict[str, int]:
-    """``{"blocks": ..., "bytes": ..., "limit": ...}`` of the output buffer cache."""
+    """``{"blocks", "bytes", "limit", "fresh_blocks", "fresh_bytes"}`` of the output buffer
+    cache (the last two: output buffers given memory not from the cache, cumulative)."""
 
 class NativeBuffer:
     """malloc'd memory exposed through the buffer protocol (wrapped by pa.py_buffer)."""

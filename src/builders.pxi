@@ -217,6 +217,8 @@ cdef Py_ssize_t _cache_cost[CACHE_SLOTS]   # what a block counts against the lim
 cdef int _cache_n = 0
 cdef Py_ssize_t _cache_total = 0
 cdef Py_ssize_t _cache_limit = 256 << 20
+cdef Py_ssize_t _fresh_blocks = 0         # buffers of CACHE_MIN_BLOCK or more given fresh
+cdef Py_ssize_t _fresh_bytes = 0          # memory (not from the cache): their sizes
 
 
 cdef void release_block(void *p, Py_ssize_t size, Py_ssize_t used) noexcept nogil:
@@ -291,7 +293,11 @@ def set_buffer_cache_limit(Py_ssize_t nbytes):
 
 
 def buffer_cache_info():
-    return {"blocks": _cache_n, "bytes": _cache_total, "limit": _cache_limit}
+    """The cache's blocks and the bytes they count against its limit; fresh_blocks and
+    fresh_bytes: how many output buffers of 64 KiB or more were given memory not from
+    the cache since the process started, and its size (a steady state adds none)."""
+    return {"blocks": _cache_n, "bytes": _cache_total, "limit": _cache_limit,
+            "fresh_blocks": _fresh_blocks, "fresh_bytes": _fresh_bytes}
 
 
 cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
@@ -301,6 +307,7 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
     touched, so growing ahead (2x, 4x past CACHE_MIN_BLOCK) costs no more than the memory
     actually written.
     """
+    global _fresh_blocks, _fresh_bytes
     cdef Py_ssize_t need = b.len + extra
     cdef Py_ssize_t cap, want
     cdef unsigned char *p
@@ -310,11 +317,19 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
         # the previous batch's size: one allocation instead of a doubling series. A
         # cached block of at least that size will do (the block this buffer was handed
         # over in last time is exactly that size): asking for the 1/8 of headroom too
-        # would pass over it and take a bigger one another buffer then misses
+        # would pass over it and take a bigger one another buffer then misses. (A
+        # smaller one will do too: the last batch may have been smaller than the hint,
+        # which shrinks only when batches get much smaller.)
         cap = b.hint + (b.hint >> 3)
         want = b.hint
     else:
-        if b.cap < 64:
+        if b.hint >= need and b.cap < b.hint:
+            # a buffer that started in a block under its hint outgrew it: straight to
+            # the hint's size, not 4x the block (after another workload's batch had left
+            # the cache holding other sizes, a 353 MB buffer that started in a 27 MB
+            # block grew through fresh 108 and 432 MB ones)
+            cap = b.hint + (b.hint >> 3)
+        elif b.cap < 64:
             cap = 64
         elif b.cap < CACHE_MIN_BLOCK:
             cap = b.cap * 2
@@ -338,6 +353,9 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
     p = <unsigned char *>pgo_blk_resize(b.data, <size_t>b.cap, <size_t>b.len, <size_t>cap)
     if p == NULL:
         return -1
+    if cap >= CACHE_MIN_BLOCK:
+        _fresh_blocks += 1
+        _fresh_bytes += cap
     b.data = p
     b.cap = cap
     return 0

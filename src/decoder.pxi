@@ -4815,8 +4815,16 @@ cdef class MessageBatch:
         release_block(self.mem.data, self.mem.cap, self.mem.cap)
 
     cdef int _grow(self, Py_ssize_t extra) except -1:
+        cdef int rc
         self.mem.len = self.n * <Py_ssize_t>sizeof(MsgRef)
-        if buf_reserve(&self.mem, extra * <Py_ssize_t>sizeof(MsgRef)) < 0:
+        if self.mem.cap == 0:
+            # the first messages, their count known: the tightest cached block (growth
+            # by the 4x ladder would ask for a bigger one, which another buffer of the
+            # batch then misses)
+            rc = buf_reserve_exact(&self.mem, extra * <Py_ssize_t>sizeof(MsgRef))
+        else:
+            rc = buf_reserve(&self.mem, extra * <Py_ssize_t>sizeof(MsgRef))
+        if rc < 0:
             raise MemoryError()
         self.refs = <MsgRef *>self.mem.data
         return 0
@@ -4845,11 +4853,19 @@ cdef class MessageBatch:
             if isinstance(messages, pa.Array):
                 self._add_array(messages, lsns)
             else:
+                if len(messages):
+                    self._grow(len(messages))
                 at = 0
                 for chunk in messages.chunks:
                     self._add_array(chunk, lsns + at if lsns != NULL else NULL)
                     at += len(chunk)
             return
+        try:
+            count = len(messages)
+        except TypeError:                  # (an iterator)
+            count = 0
+        if count:
+            self._grow(count)
         for m in messages:
             if not PyBytes_Check(m):
                 if m is None:

@@ -174,6 +174,46 @@ def test_output_buffers_grow_through_the_block_cache(one_decoder):
 
 
 
+@pytest.mark.skipif(not NATIVE, reason="the native block cache")
+def test_change_event_buffers_come_from_the_cache_after_a_workload_switch():
+    """The change-event table of one workload, then of another whose outputs are of other
+    sizes (new Decoders, each batch's output dropped before the next): from the new
+    workload's second batch on, no buffer of 64 KiB or more is given fresh memory. Every
+    block comes back to the cache (the outputs handed to Arrow, the Decoder's and the
+    MessageBatch's own buffers when they die) and is found again: the exports' buffers
+    and the message refs are reserved at their exact size, so that they do not take a
+    block another buffer needs, and a buffer whose size hint is stale (the first
+    workload's values were bigger) takes the smaller block it was handed over in."""
+    import random
+
+    from pgoutput_fast import _native
+
+    rnd = random.Random(11)
+
+    def batch(n, width):
+        notes = ["".join(rnd.choice("abcdefghij") for _ in range(width)) for _ in range(n)]
+        return enc(rel_orders(), *txn(700, 9000, *[ins(i, notes[i], i) for i in range(n)]))
+
+    def fresh():
+        return _native.buffer_cache_info()["fresh_bytes"]
+
+    first, second = batch(20_000, 300), batch(150_000, 4)
+    limit = _native.buffer_cache_info()["limit"]
+    _native.set_buffer_cache_limit(0)       # (an empty cache: what earlier tests left is gone)
+    _native.set_buffer_cache_limit(limit)
+    for _ in range(3):
+        Decoder(tables=False).feed(first)
+    before = fresh()
+    Decoder(tables=False).feed(second)
+    assert fresh() > before                 # (the switch: other sizes, some fresh memory)
+    for _ in range(3):
+        before = fresh()
+        cs = Decoder(tables=False).feed(second)
+        assert cs.events.num_rows == 150_000
+        del cs
+        assert fresh() - before == 0
+
+
 def test_begin_commit_rows_and_metadata():
     msgs = [rel_orders()] + txn(
         700, 0x5000, ins(1, "a", 10),
