@@ -626,7 +626,7 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
 
 cdef object _kind_strings(const unsigned char *kinds, Py_ssize_t n):
     """pa.string() of each row's old-image kind: "K" or "O" (the byte), null for 0.
-    One pass, no temporaries."""
+    Two passes over the kinds (their count, then the strings), no temporaries."""
     cdef Buf offs, data, valid
     cdef Py_ssize_t i, nulls = 0, kept = 0
     cdef int32_t end = 0
