@@ -219,18 +219,23 @@ cdef extern from *:
         return w + n;
     }
 
-    /* The 8 digits of v < 10^8, zero-padded, as ASCII in one word: the first digit in
-       the lowest byte. Split in lanes (4 + 4, then 2 + 2, then 1 + 1 digits), each
-       split a multiply and a shift per lane for all lanes at once. */
-    static inline uint64_t pgo_ascii8(uint32_t v) {
-        uint64_t x = v, hi, y;
-        hi = (x * 109951163ULL) >> 40;                         /* v / 10^4 */
-        y = hi | ((x - hi * 10000) << 32);
+    /* The 4 + 4 digits of g0, g1 < 10^4, zero-padded, as ASCII in one word: g0's first
+       digit in the lowest byte. Split in lanes (2 + 2, then 1 + 1 digits), each split a
+       multiply and a shift per lane for all lanes at once. */
+    static inline uint64_t pgo_ascii4x2(uint64_t g0, uint64_t g1) {
+        uint64_t y = g0 | (g1 << 32), hi;
         hi = ((y * 10486) >> 20) & 0x0000007F0000007FULL;       /* each lane / 100 */
         y = hi | ((y - hi * 100) << 16);
         hi = ((y * 103) >> 10) & 0x000F000F000F000FULL;          /* each lane / 10 */
         y = hi | ((y - hi * 10) << 8);
         return y | 0x3030303030303030ULL;
+    }
+
+    /* The 8 digits of v < 10^8, zero-padded, as ASCII in one word: the first digit in
+       the lowest byte (v split 4 + 4, then pgo_ascii4x2). */
+    static inline uint64_t pgo_ascii8(uint32_t v) {
+        const uint64_t hi = ((uint64_t)v * 109951163ULL) >> 40;   /* v / 10^4 */
+        return pgo_ascii4x2(hi, v - hi * 10000);
     }
 
     /* "MM:SS[.ffffff][+00]" of t µs into the hour (0 <= t < 3.6e9), as a timestamp's text
@@ -506,8 +511,8 @@ cdef extern from *:
        digits, the first nonzero, weight -1..3, a plain sign, and a dscale that the 16
        decimal digits of those groups cover (the groups' digits from the point on, so
        that no zero is padded past them). Every group is made ASCII at once (two words of
-       two groups each, the lanes split by multiplies as in pgo_ascii8), and the integer
-       part and the fraction are stored from that 16-byte text by shifts. p: the value
+       two groups each, pgo_ascii4x2), and the integer part and the fraction are stored
+       from that 16-byte text by shifts. p: the value
        (n bytes, n >= 8), as numeric_send writes it. Returns the end (up to 35 bytes
        written from w), or NULL for any other value, which fmt_numeric's general loop
        then writes or rejects: this path takes only well-formed values, and writes
@@ -515,23 +520,6 @@ cdef extern from *:
        digits, the digits past them cut, the sign kept: a value of this shape is never
        zero at its scale). */
     #if defined(__SIZEOF_INT128__) && !defined(PGO_NO_INT128) && PGO_LITTLE_ENDIAN
-    static inline int pgo_ctz64(uint64_t x) {   /* x != 0 */
-    #if defined(__GNUC__) || defined(__clang__)
-        return __builtin_ctzll(x);
-    #else
-        int n = 0;
-        while (!(x & 1)) { x >>= 1; n++; }
-        return n;
-    #endif
-    }
-    static inline uint64_t pgo_ascii4x2(uint64_t g0, uint64_t g1) {   /* g0, g1 < 10^4 */
-        uint64_t y = g0 | (g1 << 32), hi;
-        hi = ((y * 10486) >> 20) & 0x0000007F0000007FULL;       /* each lane / 100 */
-        y = hi | ((y - hi * 100) << 16);
-        hi = ((y * 103) >> 10) & 0x000F000F000F000FULL;          /* each lane / 10 */
-        y = hi | ((y - hi * 10) << 8);
-        return y | 0x3030303030303030ULL;
-    }
     static inline char *pgo_numeric_fast(char *w, const unsigned char *p, Py_ssize_t n) {
         const uint32_t nd = pgo_be16(p), sign = pgo_be16(p + 4), dscale = pgo_be16(p + 6);
         const int32_t weight = pgo_be16s(p + 2);

@@ -484,6 +484,16 @@ cdef extern from *:
     #endif
     }
 
+    static inline int pgo_ctz64(uint64_t x) {   /* x != 0 */
+    #if defined(__GNUC__) || defined(__clang__)
+        return __builtin_ctzll(x);
+    #else
+        int n = 0;
+        while (!(x & 1)) { x >>= 1; n++; }
+        return n;
+    #endif
+    }
+
     static inline int pgo_eisel_lemire(uint64_t w, int64_t q, int single, uint64_t *bits) {
         const int mbits = single ? 23 : 52;
         const int64_t min_exponent = single ? -127 : -1023;
