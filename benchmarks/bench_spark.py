@@ -34,10 +34,9 @@ TABLE = "public.bench"
 
 def _build(directory):
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from pgoutput_fast import encode_message
-    from pgoutput_fast.capture.segments import SEGMENT_SCHEMA, CaptureState, _write_checkpoint
+    from pgoutput_fast.capture import SEGMENT_SCHEMA, write_capture
     from pgoutput_fast.messages import Begin, Commit, Delete, Insert, Relation, RelationColumn, Update, Value
 
     rel = Relation(16400, "public", "bench", "d", (
@@ -81,15 +80,9 @@ def _build(directory):
             seg_bounds.append(len(msgs))
     if seg_bounds[-1] != len(msgs):
         seg_bounds.append(len(msgs))
-    for n, (a, b) in enumerate(zip(seg_bounds, seg_bounds[1:]), 1):
-        t = pa.table([pa.array(lsns[a:b], pa.int64()), pa.array(msgs[a:b], pa.binary()),
-                      pa.array(range(a, b), pa.int64())], schema=SEGMENT_SCHEMA)
-        pq.write_table(t, os.path.join(directory, f"{n:010d}.parquet"), compression="zstd")
-    st = CaptureState()
-    st.last_segment = len(seg_bounds) - 1
-    st.next_ordinal = len(msgs)
-    st.options = {"binary": False}
-    _write_checkpoint(directory, st)
+    write_capture(directory, (pa.table([pa.array(lsns[a:b], pa.int64()), pa.array(msgs[a:b], pa.binary()),
+                                        pa.array(range(a, b), pa.int64())], schema=SEGMENT_SCHEMA)
+                              for a, b in zip(seg_bounds, seg_bounds[1:])), {"binary": False})
     return len(msgs), ROWS
 
 

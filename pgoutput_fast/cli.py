@@ -1,13 +1,27 @@
-"""The ``pgoutput-fast`` command."""
+"""The ``pgoutput-fast`` command.
+
+A failure with a known cause (a missing or damaged file, a bad option, a refused
+connection, a message the decoder rejects) is one line on stderr,
+``pgoutput-fast <command>: <what failed, where>: <what to do>``, and an exit status:
+1 for input and file errors, ``exc.exit_code`` for a ``UserError`` (the capture's are
+listed in ``pgoutput_fast.capture.errors``), 130 for SIGINT and 143 for SIGTERM (outside
+``capture``, which stops cleanly and exits 0). ``--debug`` adds the traceback. Any
+other exception is a bug: its traceback is printed, exit status 1.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
+from . import _signals
+from ._version import __version__
 from .lsn import format_lsn
 
-__all__ = ["main"]
+__all__ = ["main", "build_parser"]
+
+PROG = "pgoutput-fast"
 
 
 def _describe(msg) -> str:
@@ -70,6 +84,9 @@ def cmd_inspect(args) -> int:
         except DecodeError as exc:
             out.write(f"#{i:<7} lsn {format_lsn(lsn):>12} len {len(data):>6}  ERROR {exc}\n")
             if not args.keep_going:
+                out.flush()
+                _say("inspect", f"{args.file}: message #{i} at lsn {format_lsn(lsn)} cannot be "
+                                f"decoded: {exc}: --keep-going lists the messages after it")
                 return 1
             continue
         if isinstance(msg, StreamStart):
@@ -81,21 +98,76 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def cmd_decode(args) -> int:
-    import os
-    import time
+def _unwritable_columns(table) -> list:
+    """The columns of ``table`` whose Arrow type Parquet cannot store yet: intervals,
+    also inside lists, structs and maps (``_before.c_interval``, ``c_iv[]``)."""
+    import pyarrow as pa
 
+    def walk(name, t):
+        if pa.types.is_interval(t):
+            yield name
+        elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            yield from walk(name + "[]", t.value_type)
+        elif pa.types.is_struct(t):
+            for i in range(t.num_fields):
+                yield from walk(f"{name}.{t.field(i).name}", t.field(i).type)
+        elif pa.types.is_map(t):
+            yield from walk(name + ".key", t.key_type)
+            yield from walk(name + ".value", t.item_type)
+        elif pa.types.is_dictionary(t):
+            yield from walk(name, t.value_type)
+
+    return [path for f in table.schema for path in walk(f.name, f.type)]
+
+
+def _write_parquet(table, path: str, what: str) -> None:
+    """Write ``table`` to ``path`` through a temp name in the same directory, renamed
+    when complete: a failure leaves no file under the final name."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from . import Decoder
+    from .errors import UserError
+
+    d, name = os.path.split(path)
+    tmp = os.path.join(d, f".{name}.{os.getpid()}.tmp")
+    try:
+        try:
+            pq.write_table(table, tmp)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise UserError(f"cannot write {what} to {path}: {_first_line(exc)}") from exc
+        except OSError as exc:
+            if exc.filename is not None or not exc.errno:
+                raise
+            # Arrow's errors name no file (ENOSPC, EFBIG, EIO while writing): this one
+            raise OSError(exc.errno, os.strerror(exc.errno), path) from exc
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def cmd_decode(args) -> int:
+    import time
+
+    from . import Decoder, DecodeError
+    from .errors import UserError
     from .framing import read_capture
 
     lsns, msgs = read_capture(args.file)
     nbytes = sum(len(m) for m in msgs)
     dec = Decoder(events=args.events or bool(args.out), tables=True)
     t0 = time.perf_counter()
-    cs = dec.feed(msgs, lsns)
-    dt = time.perf_counter() - t0
+    try:
+        cs = dec.feed(msgs, lsns)
+    except DecodeError as exc:
+        i = exc.message_index
+        at = f" at lsn {format_lsn(lsns[i])}" if i is not None and 0 <= i < len(lsns) else ""
+        raise UserError(f"{args.file}: a message{at} cannot be decoded: {exc}: "
+                        f"'pgoutput-fast inspect {args.file}' shows the messages up to it") from exc
+    dt = max(time.perf_counter() - t0, 1e-9)
     print(f"{len(msgs)} messages, {nbytes / 1e6:.2f} MB decoded in {dt * 1e3:.1f} ms "
           f"({nbytes / 1e6 / dt:.0f} MB/s incl. Python list input)")
     for name, table in sorted(cs.tables.items()):
@@ -108,25 +180,52 @@ def cmd_decode(args) -> int:
     if any(pending.values()):
         print(f"  held back (not committed yet): {pending}")
     if args.out:
+        files = [(os.path.join(args.out, f"{version.qualified_name}.v{version.version}.parquet"),
+                  f"table {version.qualified_name} (version {version.version})", table)
+                 for version, table in cs.table_versions]
+        files.append((os.path.join(args.out, "_events.parquet"), "the change events", cs.events))
+        # checked before anything is written: no output at all rather than a part of it
+        for path, what, table in files:
+            bad = _unwritable_columns(table)
+            if bad:
+                cols = ", ".join(bad)
+                raise UserError(
+                    f"cannot write {what} to Parquet: {cols} "
+                    f"{'is an interval' if len(bad) == 1 else 'are intervals'} (Arrow "
+                    "month_day_nano_interval), which cannot be written to Parquet yet; "
+                    f"nothing was written to {args.out}: decode without --out, or leave "
+                    "the column out of the publication")
         os.makedirs(args.out, exist_ok=True)
-        for version, table in cs.table_versions:
-            path = os.path.join(args.out, f"{version.qualified_name}.v{version.version}.parquet")
-            pq.write_table(table, path)
-        pq.write_table(cs.events, os.path.join(args.out, "_events.parquet"))
+        for path, what, table in files:
+            _write_parquet(table, path, what)
         print(f"wrote {len(cs.table_versions)} typed tables and _events.parquet to {args.out}")
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line too (argparse prints the usage first), status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pgoutput-fast", description=__doc__)
+    p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0],
+                                epilog="--debug (before or after the command) prints the "
+                                       "traceback of a failure.")
+    p.add_argument("--debug", action="store_true",
+                   help="print the traceback of a failure (after its one-line message)")
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     pi = sub.add_parser("inspect", help="print a capture file, one line per message")
-    pi.add_argument("file", help="framed capture (.pgoc) or Parquet file with a binary 'data' column")
+    pi.add_argument("file", help="framed capture (.pgoc), Parquet file with a binary 'data' "
+                                 "column, or capture directory")
     pi.add_argument("--limit", type=int, default=None, help="print at most N messages")
     pi.add_argument("--keep-going", action="store_true", help="continue after a decode error")
     pi.set_defaults(func=cmd_inspect)
     pd = sub.add_parser("decode", help="decode a capture into typed tables (and Parquet files)")
-    pd.add_argument("file", help="framed capture (.pgoc) or Parquet file with a binary 'data' column")
+    pd.add_argument("file", help="framed capture (.pgoc), Parquet file with a binary 'data' "
+                                 "column, or capture directory")
     pd.add_argument("--out", help="directory for one Parquet file per table version + _events.parquet")
     pd.add_argument("--events", action="store_true", help="also build the change-event table")
     pd.set_defaults(func=cmd_decode)
@@ -157,15 +256,148 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     capture_cli.add_arguments(pc)
     pc.set_defaults(func=capture_cli.run)
+    for sp in (pi, pd, pm, pb, pp, pc):
+        # also after the command; SUPPRESS: absent unless given (the global one stays)
+        sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="print the traceback of a failure")
     return p
 
 
+# -- failures ---------------------------------------------------------------------------
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(ln.strip() for ln in str(text).splitlines() if ln.strip())
+
+
+def _say(command, message: str) -> None:
+    prefix = f"{PROG} {command}" if command else PROG
+    print(f"{prefix}: {_one_line(message)}", file=sys.stderr, flush=True)
+
+
+_OS_HINTS = {
+    "ENOENT": "check the path",
+    "EACCES": "check its permissions (or run as a user who may read/write it)",
+    "EPERM": "check its permissions (or run as a user who may read/write it)",
+    "EISDIR": "give a file, not a directory",
+    "ENOTDIR": "a part of the path is a file, not a directory",
+    "ENOSPC": "free some space or write elsewhere",
+    "EDQUOT": "the disk quota is used up: free some space or write elsewhere",
+    "EROFS": "the file system is read-only: write elsewhere",
+    "EEXIST": "remove it or choose another name",
+    "EMFILE": "too many open files: raise the limit (ulimit -n)",
+    "ENAMETOOLONG": "use a shorter path",
+    "ELOOP": "a symbolic link in the path points back at itself",
+}
+
+
+def describe_os_error(exc: OSError) -> str:
+    """``<path>: <errno text>: <what to do>`` for an ``OSError``."""
+    import errno as _errno
+
+    reason = exc.strerror or _first_line(exc)
+    name = _errno.errorcode.get(exc.errno or 0, "")
+    hint = _OS_HINTS.get(name)
+    where = ""
+    if exc.filename is not None:
+        where = os.fsdecode(exc.filename) if isinstance(exc.filename, (str, bytes)) else str(exc.filename)
+        if exc.filename2 is not None:
+            where += f" -> {os.fsdecode(exc.filename2)}"
+        where += ": "
+    elif not exc.strerror:
+        reason = _first_line(exc)
+    text = f"{where}{reason}"
+    return f"{text}: {hint}" if hint else text
+
+
+def _arrow_error(exc: BaseException) -> bool:
+    pa = sys.modules.get("pyarrow")
+    if pa is None:
+        return False
+    return isinstance(exc, (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError))
+
+
+def _command_of(argv) -> str | None:
+    """The subcommand in ``argv`` (the first word that is not an option; the global
+    options take no value), before argparse and the heavy imports it brings."""
+    for a in argv:
+        if a == "--":
+            continue
+        if not a.startswith("-"):
+            return a
+    return None
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = _command_of(argv)
     try:
+        # first of all: a SIGTERM/SIGINT from now on stops a capture cleanly (exit 0) or
+        # interrupts another command with one line
+        _signals.install(defer=command == "capture")
+        return _main(argv, command)
+    except KeyboardInterrupt as exc:    # pending when the handlers came (outside capture)
+        return _interrupted(command, exc, "--debug" in argv)
+    finally:
+        _signals.restore()
+
+
+def _interrupted(command, exc: BaseException, debug: bool) -> int:
+    signum = getattr(exc, "signum", 2)
+    text = str(exc) if isinstance(exc, _signals.Interrupted) else "interrupted (SIGINT)"
+    return _fail(command, text, 128 + signum, debug)
+
+
+def _main(argv, command) -> int:
+    from .errors import DecodeError, UserError
+
+    debug = "--debug" in argv
+    args = None
+    try:
+        args = build_parser().parse_args(argv)
+        debug = bool(getattr(args, "debug", False))
+        command = args.command
         return args.func(args)
     except BrokenPipeError:
+        # the reader went away (| head): nothing more to say, and no error at exit either
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
         return 0
+    except KeyboardInterrupt as exc:
+        return _interrupted(command, exc, debug)
+    except UserError as exc:
+        return _fail(command, str(exc), exc.exit_code, debug)
+    except DecodeError as exc:
+        return _fail(command, f"{_where(args, exc)}{exc}", 1, debug)
+    except OSError as exc:
+        return _fail(command, describe_os_error(exc), 1, debug)
+    except Exception as exc:
+        if not _arrow_error(exc):
+            raise                      # a bug: the traceback
+        return _fail(command, f"{_where(args, exc)}{type(exc).__name__}: {_first_line(exc)}: "
+                              "run with --debug for the traceback", 1, debug)
+
+
+def _where(args, exc) -> str:
+    """``FILE: `` of the command, unless the message names it already."""
+    path = getattr(args, "file", None)
+    return f"{path}: " if path and str(path) not in str(exc) else ""
+
+
+def _fail(command, message: str, status: int, debug: bool) -> int:
+    if debug:
+        import traceback
+
+        traceback.print_exc()
+    _say(command, message)
+    return status
 
 
 if __name__ == "__main__":

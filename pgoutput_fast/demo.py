@@ -716,25 +716,17 @@ def _run_server_in(args, out, workdir) -> int:
 
 
 def write_segments(directory, messages, lsns, batches, options) -> int:
-    """Write a capture directory (``pgoutput_fast.capture`` format: Parquet segments
-    ``lsn, data, ordinal`` + ``checkpoint.json``), one segment per batch ``(start, end)``
-    (cut at transaction boundaries). Returns the number of segments."""
+    """Write a capture directory (``pgoutput_fast.capture`` format: segments, manifest
+    and checkpoint, through ``capture.write_capture``), one segment per batch
+    ``(start, end)`` (cut at transaction boundaries). Returns the number of segments."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from .capture.segments import SEGMENT_SCHEMA, CaptureState, _segment_name, _write_checkpoint
+    from .capture import SEGMENT_SCHEMA, write_capture
 
-    os.makedirs(directory, exist_ok=True)
-    for i, (a, b) in enumerate(batches, 1):
-        t = pa.table([pa.array(lsns[a:b], pa.int64()), pa.array(messages[a:b], pa.binary()),
-                      pa.array(range(a, b), pa.int64())], schema=SEGMENT_SCHEMA)
-        pq.write_table(t, os.path.join(directory, _segment_name(i)), compression="zstd")
-    state = CaptureState()
-    state.last_segment = len(batches)
-    state.next_ordinal = len(messages)
-    state.options = dict(options)
-    _write_checkpoint(directory, state)
-    return len(batches)
+    tables = (pa.table([pa.array(lsns[a:b], pa.int64()), pa.array(messages[a:b], pa.binary()),
+                        pa.array(range(a, b), pa.int64())], schema=SEGMENT_SCHEMA)
+              for a, b in batches)
+    return write_capture(directory, tables, options).last_segment
 
 
 def _spark_pipeline(args, out, workdir, messages, lsns, binary, d, truths, replay_results):

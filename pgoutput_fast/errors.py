@@ -7,7 +7,21 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .decoder import ChangeSet
 
-__all__ = ["DecodeError", "check_names_utf8"]
+__all__ = ["DecodeError", "UserError", "check_names_utf8"]
+
+
+class UserError(Exception):
+    """A failure with a known cause that the user can act on (bad input, a full disk, a
+    wrong password, a missing publication, a refused directory).
+
+    The command line prints ``str(exc)`` as one line, with no traceback unless
+    ``--debug`` is given, and exits with ``exit_code``. The message says what failed,
+    where, and what to do; it never holds a secret (a password of a connection string).
+    Subclasses set their own ``exit_code`` (``pgoutput_fast.capture.errors`` lists the
+    capture's).
+    """
+
+    exit_code = 1
 
 
 class DecodeError(ValueError):

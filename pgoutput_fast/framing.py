@@ -6,7 +6,11 @@ Framed format (``.pgoc``)::
     then per message:  UInt64 lsn  UInt32 length  Byte(length) message
     (big-endian; lsn 0 where unknown)
 
-``read_capture`` accepts either format and returns ``(lsns, messages)`` as lists.
+``read_capture`` accepts either format, or a capture directory (``pgoutput-fast
+capture``'s segments, read with ``pgoutput_fast.capture.read_segments``), and returns
+``(lsns, messages)`` as lists. Input it cannot use raises ``CaptureFileError`` (a
+``UserError``: one line naming the file and what is wrong with it), a damaged framed
+file ``DecodeError`` naming the file, a damaged capture directory ``SegmentError``.
 """
 
 from __future__ import annotations
@@ -14,9 +18,20 @@ from __future__ import annotations
 import os
 import struct
 
-from .errors import DecodeError
+from .errors import DecodeError, UserError
 
-__all__ = ["MAGIC", "write_framed", "read_framed", "read_capture", "iter_framed"]
+__all__ = ["MAGIC", "CaptureFileError", "write_framed", "read_framed", "read_capture",
+           "iter_framed"]
+
+_FORMATS = ("give a framed capture (.pgoc), a Parquet file with a binary 'data' column "
+            "(and an optional integer 'lsn' column) or a capture directory")
+
+
+class CaptureFileError(UserError, ValueError):
+    """A capture file or directory that ``read_capture`` cannot use (its message names
+    the file and what is wrong)."""
+
+    exit_code = 1
 
 MAGIC = b"PGOFCAP1"
 _HEAD = struct.Struct(">QI")
@@ -49,32 +64,107 @@ def iter_framed(data: bytes):
 
 
 def read_framed(path):
+    """``(lsns, messages)`` of a framed capture file. A damaged file raises
+    ``DecodeError`` whose reason names the file."""
     with open(path, "rb") as f:
         data = f.read()
     lsns, msgs = [], []
-    for lsn, m in iter_framed(data):
-        lsns.append(lsn)
-        msgs.append(m)
+    try:
+        for lsn, m in iter_framed(data):
+            lsns.append(lsn)
+            msgs.append(m)
+    except DecodeError as exc:
+        raise DecodeError(f"{os.fspath(path)}: {exc.reason}, after {len(msgs)} complete "
+                          "messages: the file is damaged or was cut short",
+                          offset=exc.offset) from None
     return lsns, msgs
 
 
+def _is_capture_directory(path) -> bool:
+    """A directory written by ``pgoutput-fast capture``: its checkpoint, manifest or
+    lock, or numbered segment files (``read_segments`` then says what is missing)."""
+    names = os.listdir(path)
+    return any(n in ("checkpoint.json", "manifest.jsonl", "capture.lock")
+               or (n.endswith(".parquet") and n[:-8].isdigit()) for n in names)
+
+
+def _read_directory(path):
+    if not _is_capture_directory(path):
+        raise CaptureFileError(f"{path} is a directory but not a capture directory (no "
+                               f"checkpoint.json, manifest or segments): {_FORMATS}")
+    from .capture import read_segments
+
+    table = read_segments(path)
+    return _columns(path, table)
+
+
+def _columns(path, table):
+    import pyarrow as pa
+
+    data = table.column("data")
+    if data.null_count:
+        raise CaptureFileError(f"{path}: column 'data' has {data.null_count} null values: "
+                               "every row must hold one pgoutput message")
+    msgs = data.to_pylist()
+    if "lsn" in table.column_names:
+        col = table.column("lsn")
+        if col.null_count:
+            col = col.fill_null(pa.scalar(0, col.type))
+        lsns = [int(v) for v in col.to_pylist()]
+    else:
+        lsns = [0] * len(msgs)
+    return lsns, msgs
+
+
+def _read_parquet(path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    arrow_errors = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+    try:
+        schema = pq.read_schema(path)
+    except arrow_errors as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise CaptureFileError(f"{path}: not a readable Parquet file ({reason}): the file is "
+                               f"damaged or was cut short; {_FORMATS}") from exc
+    names = schema.names
+    if "data" not in names:
+        raise CaptureFileError(f"{path}: the Parquet file has no 'data' column (columns: "
+                               f"{', '.join(names[:10]) or 'none'}): {_FORMATS}")
+    t = schema.field("data").type
+    binary = (pa.types.is_binary(t) or pa.types.is_large_binary(t)
+              or pa.types.is_fixed_size_binary(t)
+              or (hasattr(pa.types, "is_binary_view") and pa.types.is_binary_view(t)))
+    if not binary:
+        raise CaptureFileError(f"{path}: column 'data' is {t}, not binary: it must hold the "
+                               "pgoutput messages as bytes (binary or large_binary)")
+    columns = ["data"]
+    if "lsn" in names:
+        lt = schema.field("lsn").type
+        if not pa.types.is_integer(lt):
+            raise CaptureFileError(f"{path}: column 'lsn' is {lt}, not an integer: it must "
+                                   "hold each message's LSN as a number (or be left out)")
+        columns.append("lsn")
+    try:
+        table = pq.read_table(path, columns=columns)
+    except arrow_errors as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise CaptureFileError(f"{path}: the Parquet file cannot be read ({reason}): it is "
+                               "damaged or was cut short") from exc
+    return _columns(path, table)
+
+
 def read_capture(path):
-    """Read a framed file or a Parquet file (binary ``data`` column, optional ``lsn``)."""
+    """Read a framed file, a Parquet file (binary ``data`` column, optional integer
+    ``lsn``) or a capture directory; ``(lsns, messages)``."""
     path = os.fspath(path)
+    if os.path.isdir(path):
+        return _read_directory(path)
     with open(path, "rb") as f:
         head = f.read(8)
     if head == MAGIC:
         return read_framed(path)
-    if head[:4] == b"PAR1" or os.path.isdir(path):
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(path)
-        if "data" not in table.column_names:
-            raise ValueError(f"{path}: Parquet capture needs a binary 'data' column")
-        msgs = table.column("data").to_pylist()
-        if "lsn" in table.column_names:
-            lsns = [0 if v is None else int(v) for v in table.column("lsn").to_pylist()]
-        else:
-            lsns = [0] * len(msgs)
-        return lsns, msgs
-    raise ValueError(f"{path}: neither a framed capture (PGOFCAP1) nor a Parquet file")
+    if head[:4] == b"PAR1":
+        return _read_parquet(path)
+    what = "an empty file" if not head else "neither a framed capture (PGOFCAP1) nor a Parquet file"
+    raise CaptureFileError(f"{path} is {what}: {_FORMATS}")

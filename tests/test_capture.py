@@ -302,11 +302,18 @@ def test_kill9_exactly_once(pg_server, tmp_path):
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err.decode()[-3000:]
         # SIGTERM: finish the segment, confirm, exit 0
+        # (after it has connected, whatever the machine's load: a fixed sleep is not a
+        # moment; a signal at start-up is tests/test_capture_signals.py's)
         p = subprocess.Popen(_capture_cmd(pg_server, out), cwd=ROOT, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(1.5)
+        head = []
+        for raw in p.stderr:
+            head.append(raw.decode(errors="replace"))
+            if '"connected"' in head[-1]:
+                break
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=60)
+        err = "".join(head).encode() + err
         assert p.returncode == 0, err.decode()[-3000:]
     finally:
         wl.stop.set()
@@ -662,8 +669,12 @@ def test_choose_options():
     o = ch(150018, "pub", binary=True, messages=True, streaming="on", two_phase=True)
     assert o.proto_version == 3
     assert o.command("s") == ("START_REPLICATION SLOT \"s\" LOGICAL 0/0 (\"proto_version\" '3', "
-                              "\"publication_names\" 'pub', \"binary\" 'true', \"messages\" 'true', "
+                              "\"publication_names\" '\"pub\"', \"binary\" 'true', \"messages\" 'true', "
                               "\"streaming\" 'on', \"two_phase\" 'on')")
+    # exact, case-sensitive names, quoted for pgoutput's identifier list (a comma-joined
+    # string still splits; a list keeps a name with a comma whole)
+    assert ch(150018, ["My Pub", 'q"u,o']).pairs()[1] == ("publication_names", '"My Pub","q""u,o"')
+    assert ch(150018, "a, B").publication_names == ["a", "B"]
     assert ch(160000, "p").proto_version == 4 and ch(140000, "p").proto_version == 2
     for bad in (dict(proto_version="4"), dict(streaming="parallel"), dict(origin="none"),
                 dict(proto_version="1", streaming="on"), dict(proto_version="2", two_phase=True)):

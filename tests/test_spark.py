@@ -211,15 +211,23 @@ def test_streaming_growing_directory_and_views(world, spark, tmp_path):
     grow, out = tmp_path / "grow", str(tmp_path / "snap")
     grow.mkdir()
     paths = capture.segment_paths(src)
-    with open(os.path.join(src, "checkpoint.json")) as f:
-        ckpt = json.load(f)
 
     def publish(n):
+        # the directory as capture leaves it after its n-th segment: the segments, the
+        # first n manifest lines, and a checkpoint that vouches for them
+        from pgoutput_fast.capture import store
+
         for p in paths[:n]:
             if not (grow / os.path.basename(p)).exists():
                 shutil.copy(p, grow / os.path.basename(p))
-        with open(grow / "checkpoint.json", "w") as f:
-            json.dump({**ckpt, "last_segment": int(os.path.basename(paths[n - 1])[:10])}, f)
+        state = store.read_checkpoint(src)
+        lines = open(os.path.join(src, store.MANIFEST), "rb").read().splitlines(keepends=True)[:n]
+        with open(grow / store.MANIFEST, "wb") as f:
+            f.write(b"".join(lines))
+        state.last_segment = state.manifest_entries = n
+        state.manifest_bytes = sum(map(len, lines))
+        state.manifest_chain = json.loads(lines[-1])["chain"]
+        store.write_checkpoint(str(grow), state)
 
     def run():
         q = pgs.start_stream(spark, str(grow), out, checkpoint=str(tmp_path / "ck"), available_now=True,

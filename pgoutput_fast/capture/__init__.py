@@ -11,16 +11,28 @@ How a transaction is neither lost nor duplicated
 ------------------------------------------------
 
 * **Cuts.** A segment ends only outside ``B…C``, ``b…P`` and ``S…E``. It is written
-  to a temp name in a writer thread, fsynced, renamed, the directory fsynced; then
-  ``checkpoint.json`` is replaced the same way. Only a segment the checkpoint lists
-  exists; anything else is removed on start.
+  to a temp name in a writer thread, fsynced, hashed, renamed, the directory fsynced,
+  its line (size, SHA-256, ordinals, hash chain) appended to ``manifest.jsonl``; then
+  ``checkpoint.json`` (with its own checksum) is replaced the same way. Only a segment
+  the checkpoint vouches for exists for readers (``store.py``).
+* **The directory is capture's own.** ``capture.lock`` is held (``flock``) for the life
+  of the process. The checkpoint records the server's system identifier, the
+  database, slot and publications; a resume against others is refused. Startup
+  removes only capture's own temp files and the one segment a crash can leave past the
+  checkpoint, and that only when the slot proves it was never confirmed; anything
+  else it cannot prove (no checkpoint beside segments, a damaged or older one) is
+  refused with ``DirectoryRefused``, and nothing is deleted.
+* **A failed write stops capture.** The first error of the writer thread (a full disk,
+  a read-only file system, a failed fsync or rename) poisons it: no checkpoint is
+  written after it, nothing more is confirmed, and ``run_capture`` raises
+  ``DurabilityError`` within a round of the loop (0.1 s), idle or not.
 * **Acknowledgement.** The flush position sent is the checkpoint's ``durable_lsn``: the
   highest end LSN of a transaction outcome in a durable segment (Commit, Stream Commit,
   Prepare, Stream Prepare, Commit/Rollback Prepared ``end_lsn``) or a durable
   non-transactional Message's LSN. Never a message's dataStart (it is not unique, and
   is 0/0 for Relation/Type), and never on receipt. When everything received is durable,
   the keepalive's walEnd is confirmed instead (no keepalive storm over skipped empty
-  transactions). psycopg2 opens the connection, but the CopyData traffic is read and
+  transactions), once a checkpoint holds it as ``acked_lsn``. psycopg2 opens the connection, but the CopyData traffic is read and
   answered here (``stream.py`` says why: psycopg2's own keepalive handling can confirm
   received, non-durable data).
 * **What the server sends again** (PROTOCOL.md §1.4). Decoding restarts at the slot's
@@ -64,12 +76,19 @@ the payload), handed to Arrow without a copy; arrays are never built with ``pa.a
 (which imports pandas when installed: ~60 MiB).
 """
 
-from .segments import (SEGMENT_SCHEMA, CaptureState, TransactionTracker, iter_segments,
-                       load_state, read_segments, segment_paths)
-from .stream import CaptureError, ReplicationOptions, choose_options, max_protocol
+from .errors import (CaptureError, ConnectError, DirectoryRefused, DurabilityError,
+                     SegmentError, ServerRefused)
+from .state import CaptureState
+from .store import SEGMENT_SCHEMA, SegmentEntry
+from .segments import (iter_segments, load_state, read_segment, read_segments, segment_entries,
+                       segment_paths, write_capture)
+from .tracker import TransactionTracker
+from .stream import ReplicationOptions, choose_options, max_protocol
 from .runner import CaptureConfig, CaptureResult, run_capture
 
-__all__ = ["run_capture", "CaptureConfig", "CaptureResult", "CaptureError", "read_segments",
-           "iter_segments", "segment_paths", "load_state", "CaptureState",
-           "TransactionTracker", "SEGMENT_SCHEMA", "ReplicationOptions", "choose_options",
-           "max_protocol"]
+__all__ = ["run_capture", "CaptureConfig", "CaptureResult", "read_segments", "iter_segments",
+           "segment_paths", "segment_entries", "read_segment", "write_capture", "load_state",
+           "CaptureState", "SegmentEntry", "TransactionTracker", "SEGMENT_SCHEMA",
+           "ReplicationOptions", "choose_options", "max_protocol", "CaptureError",
+           "ConnectError", "ServerRefused", "DirectoryRefused", "DurabilityError",
+           "SegmentError"]

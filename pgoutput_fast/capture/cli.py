@@ -1,17 +1,29 @@
-"""``pgoutput-fast capture``: arguments, signals, exit status."""
+"""``pgoutput-fast capture``: arguments, signals, exit status.
+
+Signals: ``pgoutput_fast.cli.main`` installs the SIGINT/SIGTERM handlers before it
+imports anything heavy (``pgoutput_fast._signals``); they set ``_signals.STOP``, which
+is the ``stop_event`` of ``run_capture``. A signal before the first connection makes
+the capture return at once (exit 0); later it finishes the current segment, confirms
+it and exits 0. ``run`` called without ``main`` installs the same handlers itself.
+
+Exit status: 0 after a stop or at ``--until-lsn``; ``exc.exit_code`` of a
+``pgoutput_fast.capture.errors`` class (2 options and server settings, 3 connection
+refused, 4 slot/publication/database refused, 5 directory refused, 6 durability, 7
+damaged segments), after one line on stderr that holds no password; 1 and a traceback
+(passwords replaced by ``***``) for anything else, which is a bug.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import signal
 import sys
-import threading
+import time
 
-from ..lsn import format_lsn
+from ..lsn import format_lsn, parse_lsn
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "run", "DESCRIPTION"]
 
 DESCRIPTION = """\
 Capture a logical replication slot (pgoutput) into Parquet segment files
@@ -20,6 +32,18 @@ before the flush position is confirmed. Restart it after a crash: no
 transaction is lost or written twice. SIGINT/SIGTERM: finish the current
 segment, confirm it, exit 0. Read the result with
 pgoutput_fast.capture.read_segments(DIR).
+
+The connection string: --dsn, else --dsn-file, else $PGOUTPUT_FAST_DSN, else
+libpq's environment (PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD,
+PGPASSFILE, PGSERVICE), which also fills any key the string lacks. Keep the
+password out of the command line (ps shows it): --dsn-file, PGPASSWORD or
+~/.pgpass.
+
+Exit status: 0 stopped or --until-lsn reached; 2 bad option or server
+setting; 3 connection refused (password, role, pg_hba.conf, host, nothing
+listening at the first attempt); 4 slot, publication or database refused, slot
+busy; 5 --out refused (locked, damaged or of another slot); 6 a write or fsync
+failed; 7 damaged segments; 1 a bug (traceback).
 """
 
 
@@ -31,19 +55,67 @@ def _size(text):
         if t.endswith(suffix):
             t, mult = t[: -len(suffix)], m
             break
-    return int(float(t) * mult)
+    try:
+        return int(float(t) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 64MB, 512K, 1G)") from None
 
 
 def _lsn(text):
-    from ..testing.sqlcapture import parse_pg_lsn
+    try:
+        return parse_lsn(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an LSN: {text!r} (e.g. 0/16B3748)") from None
 
-    return parse_pg_lsn(text)
+
+def _file_mode(text):
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an octal file mode: {text!r} (e.g. 0600, 0640)") from None
+    if not 0 <= mode <= 0o777:
+        raise argparse.ArgumentTypeError(f"file mode {text!r} is out of range (0000..0777)")
+    if mode & 0o600 != 0o600:
+        raise argparse.ArgumentTypeError(f"file mode {text!r} must let the owner read and write "
+                                         "(0600 at least)")
+    return mode
+
+
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, not {text!r}")
+    return value
+
+
+def publications(values) -> list:
+    """The exact publication names of the ``--publication`` values (each may hold
+    several, comma-separated; spaces around a comma are dropped)."""
+    out = []
+    for value in values or ():
+        for name in value.split(","):
+            name = name.strip()
+            if name and name not in out:
+                out.append(name)
+    return out
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dsn", required=True, help="libpq connection string (a role with REPLICATION)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--dsn", default=None,
+                     help="libpq connection string (key=value or postgresql:// URI) of a role "
+                          "with REPLICATION; default: --dsn-file, $PGOUTPUT_FAST_DSN, then "
+                          "libpq's PG* environment")
+    src.add_argument("--dsn-file", default=None, metavar="PATH",
+                     help="read the connection string from this file (keeps a password off "
+                          "the command line)")
     p.add_argument("--slot", required=True, help="logical replication slot (plugin pgoutput)")
-    p.add_argument("--publication", required=True, help="publication name(s), comma-separated")
+    p.add_argument("--publication", required=True, action="append", metavar="NAME",
+                   help="publication name; repeat it or separate names with commas (exact, "
+                        "case-sensitive names)")
     p.add_argument("--out", required=True, help="directory for segments and checkpoint.json")
     p.add_argument("--create-slot", action="store_true",
                    help="create the slot (two-phase with --two-phase) and the publication "
@@ -66,43 +138,131 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "transaction goes to the open segment in chunks (default 256MB)")
     p.add_argument("--until-lsn", type=_lsn, default=None, metavar="LSN",
                    help="exit 0 once everything up to LSN is durable and confirmed")
+    p.add_argument("--file-mode", type=_file_mode, default=0o600, metavar="OCTAL",
+                   help="mode of the files capture writes (default 0600; a directory it "
+                        "creates gets the matching x bits: 0700)")
+    p.add_argument("--slot-busy-timeout", type=_seconds, default=10.0, metavar="SECONDS",
+                   help="wait this long for a slot another process holds (default 10)")
     p.add_argument("--progress", choices=["auto", "tty", "log", "off"], default="auto",
                    help="live line on a terminal, JSON lines otherwise (stderr)")
 
 
-def run(args) -> int:
-    from . import CaptureConfig, CaptureError, run_capture
-
-    cfg = CaptureConfig(
-        args.dsn, args.slot, args.publication, args.out, create_slot=args.create_slot,
-        proto_version=args.proto_version, binary=args.binary, messages=args.messages,
-        streaming=args.streaming, two_phase=args.two_phase, origin=args.origin,
-        segment_bytes=args.segment_size, segment_seconds=args.segment_seconds,
-        memory_bytes=args.memory_budget, until_lsn=args.until_lsn, progress=args.progress,
-        # tests: widen the window between a durable checkpoint and its status update
-        ack_delay=float(os.environ.get("PGOUTPUT_FAST_CAPTURE_ACK_DELAY", "0") or 0))
-    stop = threading.Event()
-
-    def on_signal(signum, frame):
-        stop.set()
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+def _log_mode(progress) -> bool:
+    if progress == "log":
+        return True
+    if progress != "auto":
+        return False
     try:
-        result = run_capture(cfg, stop)
-    except CaptureError as exc:
-        print(f"pgoutput-fast capture: {exc}", file=sys.stderr)
-        return 2
+        return not sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return True
+
+
+def _event(event, **fields):
+    rec = {"ts": round(time.time(), 3), "event": event}
+    rec.update(fields)
+    sys.stderr.write(json.dumps(rec) + "\n")
+    sys.stderr.flush()
+
+
+def run(args) -> int:
+    from .. import _signals
+
+    own = not _signals.installed() and _signals.install(defer=True)
+    try:
+        return _run(args, _signals.STOP)
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-    if args.progress == "log" or (args.progress == "auto" and not sys.stderr.isatty()):
-        print(json.dumps({"event": "done", "messages": result.messages, "bytes": result.bytes,
-                          "transactions": result.transactions, "segments": result.segments,
-                          "flush_lsn": format_lsn(result.flush_lsn),
-                          "seconds": round(result.seconds, 3), "peak_rss": result.peak_rss}),
-              file=sys.stderr)
+        if own:
+            _signals.restore()
+
+
+def _run(args, stop) -> int:
+    log = _log_mode(args.progress)
+    if log:
+        # the handlers are in place: from now on SIGTERM/SIGINT end the capture cleanly
+        _event("starting", pid=os.getpid())
+    debug = bool(getattr(args, "debug", False))
+    dsn = args.dsn
+    try:
+        from .dsn import check_dsn, resolve_dsn
+
+        dsn = resolve_dsn(args.dsn, args.dsn_file)
+        check_dsn(dsn)
+        from . import CaptureConfig, run_capture
+
+        cfg = CaptureConfig(
+            dsn, args.slot, publications(args.publication), args.out,
+            create_slot=args.create_slot, proto_version=args.proto_version, binary=args.binary,
+            messages=args.messages, streaming=args.streaming, two_phase=args.two_phase,
+            origin=args.origin, segment_bytes=args.segment_size,
+            segment_seconds=args.segment_seconds, memory_bytes=args.memory_budget,
+            until_lsn=args.until_lsn, progress=args.progress, file_mode=args.file_mode,
+            slot_busy_timeout=args.slot_busy_timeout,
+            # tests: widen the window between a durable checkpoint and its status update
+            ack_delay=float(os.environ.get("PGOUTPUT_FAST_CAPTURE_ACK_DELAY", "0") or 0))
+        result = run_capture(cfg, stop)
+    except Exception as exc:
+        return _failed(exc, dsn, debug)
+    if log:
+        _event("done", messages=result.messages, bytes=result.bytes,
+               transactions=result.transactions, segments=result.segments,
+               flush_lsn=format_lsn(result.flush_lsn), seconds=round(result.seconds, 3),
+               peak_rss=result.peak_rss)
     print(f"captured {result.messages:,} messages ({result.bytes / 1e6:.1f} MB), "
           f"{result.transactions:,} transactions in {result.segments} segments; "
           f"confirmed {format_lsn(result.flush_lsn)}; peak RSS {result.peak_rss / 2**20:.0f} MiB",
           file=sys.stderr)
     return 0
+
+
+def _failed(exc: Exception, dsn, debug: bool) -> int:
+    """One redacted line (and the redacted traceback under ``--debug``) for a known
+    failure, the redacted traceback for a bug; the exit status."""
+    from ..errors import UserError
+    from .dsn import redact
+
+    def say(text):
+        lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+        print(f"pgoutput-fast capture: {redact('; '.join(lines), dsn)}", file=sys.stderr,
+              flush=True)
+
+    def traceback_():
+        import traceback
+
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        sys.stderr.write(redact(text, dsn))
+        sys.stderr.flush()
+
+    status = None
+    message = None
+    if isinstance(exc, UserError):
+        status, message = exc.exit_code, str(exc)
+    elif isinstance(exc, OSError):
+        from ..cli import describe_os_error
+
+        status, message = 1, describe_os_error(exc)
+    else:
+        psycopg2 = sys.modules.get("psycopg2")
+        if psycopg2 is not None and isinstance(exc, psycopg2.Error):
+            from .dsn import connect_error, describe
+
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            err = connect_error(exc, dsn) if isinstance(exc, psycopg2.OperationalError) else None
+            if err is not None:
+                status, message = err.exit_code, str(err)
+            elif isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)):
+                status, message = 3, (f"the connection to {describe(dsn)} failed: {first}: "
+                                      "check that the server is up and reachable, then start "
+                                      "capture again")
+            else:
+                # an error the server reported that the capture did not expect
+                status, message = 4, (f"the server reported: {first}: check the role's "
+                                      "privileges and the slot and publication "
+                                      "(--debug shows where)")
+    if status is None:
+        traceback_()               # a bug: the whole story, without secrets
+        return 1
+    if debug:
+        traceback_()
+    say(message)
+    return status

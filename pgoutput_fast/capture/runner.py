@@ -6,14 +6,20 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import sys
 import threading
 import time
 
 from ..lsn import format_lsn
-from .segments import (CaptureState, SegmentWriter, TransactionTracker, clean_directory,
-                       load_state)
-from .stream import CaptureError, ConnectionLost, ReplicationStream, choose_options
+from .errors import CaptureError, DirectoryRefused, DurabilityError, ServerRefused
+from .state import CaptureState
+from .store import (DirectoryLock, dir_mode, new_capture_id, plan_recovery, upgrade_legacy,
+                    write_checkpoint)
+from .stream import (ConnectFailed, ConnectionLost, ReplicationStream, SlotBusy, choose_options,
+                     publication_list)
+from .tracker import TransactionTracker
+from .writer import SegmentWriter
 
 __all__ = ["CaptureConfig", "CaptureResult", "run_capture"]
 
@@ -26,7 +32,8 @@ class CaptureConfig:
                  chunk_bytes=8 << 20, memory_bytes=256 << 20, until_lsn=None, progress="auto",
                  log_interval=10.0,
                  max_backoff=30.0, max_reconnects=None, stop_timeout=60.0, write_delay=0.0,
-                 compression="zstd", ack_delay=0.0):
+                 compression="zstd", ack_delay=0.0, file_mode=0o600, slot_busy_timeout=10.0,
+                 idle_checkpoint_seconds=1.0):
         self.dsn = dsn
         self.slot = slot
         self.publication = publication
@@ -56,6 +63,13 @@ class CaptureConfig:
         #: tests only: confirm a durable position this many seconds late (widens the
         #: window "checkpoint written, status update not sent" that a crash can hit)
         self.ack_delay = ack_delay
+        #: mode of the files capture creates (segments, checkpoint, manifest, lock); a
+        #: directory it creates gets the matching x bits (0600 -> 0700)
+        self.file_mode = file_mode
+        #: how long to wait for a slot held by another process before giving up
+        self.slot_busy_timeout = slot_busy_timeout
+        #: at most one checkpoint a this often to confirm the server's position while idle
+        self.idle_checkpoint_seconds = idle_checkpoint_seconds
 
 
 class CaptureResult:
@@ -133,48 +147,166 @@ class _Progress:
             self.stream.flush()
 
 
-def _setup_slot(stream: ReplicationStream, cfg: CaptureConfig):
+_SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
+
+
+def _check_names(cfg: CaptureConfig) -> list:
+    """The publications as a list; a slot name PostgreSQL would refuse, refused here
+    (before anything is created)."""
+    if not _SLOT_NAME.fullmatch(cfg.slot or ""):
+        raise CaptureError(f"invalid slot name {cfg.slot!r}: a replication slot name holds only "
+                           "lower-case letters, digits and underscores (at most 63)")
+    return publication_list(cfg.publication)
+
+
+def _setup_slot(stream: ReplicationStream, cfg: CaptureConfig, pubs: list, created: dict,
+                stop_event) -> tuple:
+    """The slot's ``(confirmed_flush, two_phase, plugin, database, active_pid)``, after
+    creating it (and missing publications) with ``--create-slot``. Waits up to
+    ``cfg.slot_busy_timeout`` for a slot held by another process."""
+    missing = stream.missing_publications(pubs)
+    if missing:
+        if not cfg.create_slot or stream.slot_info(cfg.slot) is not None:
+            raise ServerRefused(
+                f"publication {', '.join(repr(m) for m in missing)} does not exist in database "
+                f"{stream.database!r}: create it (CREATE PUBLICATION ... FOR TABLE ...) before the "
+                "slot, or pass --create-slot to create both (FOR ALL TABLES)")
+        for name in missing:
+            stream.create_publication(name)
+            created.setdefault("publications", []).append(name)
     info = stream.slot_info(cfg.slot)
     if info is None:
         if not cfg.create_slot:
-            raise CaptureError(f"replication slot {cfg.slot!r} does not exist (use --create-slot)")
-        stream.ensure_publication(cfg.publication)
+            raise ServerRefused(f"replication slot {cfg.slot!r} does not exist in database "
+                                f"{stream.database!r} (pass --create-slot to create it)")
         stream.create_slot(cfg.slot, two_phase=cfg.two_phase)
+        created["slot"] = cfg.slot
         info = stream.slot_info(cfg.slot)
-    elif cfg.create_slot:
-        stream.ensure_publication(cfg.publication)
-    confirmed, _two_phase, plugin, _db, _pid = info
+    confirmed, _two_phase, plugin, db, pid = info
     if plugin != "pgoutput":
-        raise CaptureError(f"slot {cfg.slot!r} uses the plugin {plugin!r}, not pgoutput")
+        raise ServerRefused(f"slot {cfg.slot!r} uses the plugin {plugin!r}, not pgoutput")
+    if db != stream.database:
+        raise ServerRefused(f"slot {cfg.slot!r} belongs to database {db!r}, not to "
+                            f"{stream.database!r} of the connection: connect to {db!r}")
+    deadline = time.monotonic() + cfg.slot_busy_timeout
+    while pid is not None and pid != stream.backend_pid:
+        if time.monotonic() >= deadline or stop_event.is_set():
+            raise ServerRefused(_slot_busy_message(cfg, pid))
+        stop_event.wait(0.5)
+        info = stream.slot_info(cfg.slot)
+        if info is None:
+            raise ServerRefused(f"replication slot {cfg.slot!r} was dropped while capture waited")
+        pid = info[4]
     return info
+
+
+def _slot_busy_message(cfg, pid):
+    return (f"replication slot {cfg.slot!r} is in use by another process (pid {pid}) and stayed "
+            f"so for {cfg.slot_busy_timeout:g} s: stop that consumer (or terminate it with "
+            f"pg_terminate_backend({pid})) and start capture again")
+
+
+def _check_identity(rec, out, system_id, database, slot, pubs):
+    st = rec.state
+    if st is None:
+        return
+    problems = []
+    if st.system_identifier is not None and st.system_identifier != system_id:
+        problems.append(f"server (system identifier {st.system_identifier}, now {system_id})")
+    if st.database is not None and st.database != database:
+        problems.append(f"database ({st.database!r}, now {database!r})")
+    if st.slot is not None and st.slot != slot:
+        problems.append(f"slot ({st.slot!r}, now {slot!r})")
+    if st.publications is not None and sorted(st.publications) != sorted(pubs):
+        problems.append(f"publications ({', '.join(st.publications)}; now {', '.join(pubs)})")
+    if problems:
+        raise DirectoryRefused(
+            f"{out} holds the capture of another {' and '.join(problems)}: a capture directory "
+            "holds one stream. Nothing was changed: give the same options, or use another --out")
+
+
+def _drop_created(stream, created, progress):
+    """Remove what this run created before anything was captured (a failed start)."""
+    try:
+        if created.get("slot"):
+            stream.drop_slot(created["slot"])
+            progress.event("dropped_slot", slot=created["slot"],
+                           note="created by this run, which failed before capturing anything")
+        for name in created.get("publications", []):
+            stream.drop_publication(name)
+            progress.event("dropped_publication", publication=name)
+    except Exception as exc:   # the original error matters more; say what is left
+        progress.event("cleanup_failed", error=str(exc).strip()[:300], created=created)
 
 
 def run_capture(cfg: CaptureConfig, stop_event: threading.Event | None = None) -> CaptureResult:
     """Capture until ``stop_event`` is set (or ``cfg.until_lsn`` is flushed). Returns a
-    ``CaptureResult``. Raises ``CaptureError`` for problems a retry cannot fix."""
+    ``CaptureResult``. Raises a ``CaptureError`` (``capture.errors``: each class has its
+    exit status) for what a retry cannot fix: it then has confirmed nothing that is not
+    in a durable checkpoint."""
     import psycopg2
 
+    from .dsn import connect_error
+
     stop_event = stop_event or threading.Event()
-    os.makedirs(cfg.out, exist_ok=True)
-    state = load_state(cfg.out) or CaptureState()
-    removed = clean_directory(cfg.out, state)
+    pubs = _check_names(cfg)
+    out = os.fspath(cfg.out)
     progress = _Progress(cfg.progress, cfg.log_interval)
-    if removed:
-        progress.event("removed_incomplete", files=removed)
+    try:
+        os.makedirs(out, mode=dir_mode(cfg.file_mode), exist_ok=True)
+    except OSError as exc:
+        raise DirectoryRefused(f"cannot create the capture directory {out}: "
+                               f"{exc.strerror or exc}") from None
+    if not os.path.isdir(out):
+        raise DirectoryRefused(f"--out {out} is not a directory")
+    lock = DirectoryLock(out, cfg.file_mode)
     result = CaptureResult()
     t0 = time.monotonic()
     backoff = 0.5
+    connected_once = False
+    started = False            # START_REPLICATION succeeded once: the directory is in use
+    created: dict = {}
     try:
+        rec = plan_recovery(out)
         while not stop_event.is_set():
             stream = ReplicationStream(cfg.dsn)
+            messages_before = result.messages
             try:
-                stream.open()
-                confirmed = _setup_slot(stream, cfg)[0]
+                try:
+                    stream.open()
+                except ConnectFailed as exc:
+                    permanent = connect_error(exc.cause, cfg.dsn)
+                    # nothing listening is permanent at the first attempt only (later it
+                    # is a server restart); every other classified cause always is
+                    if permanent is not None and (not connected_once
+                                                  or getattr(permanent, "kind", None) != "refused"):
+                        raise permanent from None
+                    raise
+                connected_once = True
+                system_id, database = stream.identify()
+                stream.database = database
+                _check_identity(rec, out, system_id, database, cfg.slot, pubs)
                 options = choose_options(
-                    stream.version_num, cfg.publication, proto_version=cfg.proto_version,
+                    stream.version_num, pubs, proto_version=cfg.proto_version,
                     binary=cfg.binary, messages=cfg.messages, streaming=cfg.streaming,
                     two_phase=cfg.two_phase, origin=cfg.origin)
+                confirmed = _setup_slot(stream, cfg, pubs, created, stop_event)[0]
+                rec.check_slot(confirmed, cfg.slot)
+                removed = rec.apply(cfg.file_mode)
+                if removed:
+                    progress.event("removed_unconfirmed", files=removed)
+                state = rec.state
+                if state is not None and rec.legacy:
+                    state = upgrade_legacy(out, state, cfg.file_mode)
+                    progress.event("upgraded_directory", format=state.format)
+                if state is None:
+                    state = CaptureState()
+                    state.capture_id = new_capture_id()
+                    state.acked_lsn = confirmed
+                state.system_identifier = system_id
+                state.database = database
                 state.slot = cfg.slot
+                state.publications = list(pubs)
                 state.options = options.as_dict()
                 progress.event("connected", server_version=stream.version_num, slot=cfg.slot,
                                confirmed_flush=format_lsn(confirmed),
@@ -182,29 +314,64 @@ def run_capture(cfg: CaptureConfig, stop_event: threading.Event | None = None) -
                                command=options.command(cfg.slot),
                                peak_rss_mib=round(_peak_rss() / 2**20, 1))
                 received = _session(cfg, stream, options, state, confirmed, stop_event,
-                                    progress, result)
+                                    progress, result, out)
+                started = True
                 if received:
                     backoff = 0.5
                 if stop_event.is_set() or _until_done(cfg, stream):
                     break
+            except SlotBusy as exc:
+                raise ServerRefused(f"{_slot_busy_message(cfg, _pid_in(str(exc)))}") from None
             except (ConnectionLost, psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
+                permanent = _permanent_stream_error(str(exc), cfg, pubs)
+                if permanent is not None:
+                    raise permanent from None
                 if cfg.max_reconnects is not None and result.reconnects >= cfg.max_reconnects:
                     raise
+                if result.messages > messages_before or getattr(stream, "session_progress", False):
+                    backoff = 0.5       # that connection made progress: start the backoff again
                 result.reconnects += 1
-                progress.event("disconnected", error=str(exc).strip()[:500],
+                progress.event("disconnected", error=_redact(str(exc).strip()[:500], cfg.dsn),
                                retry_in_s=backoff)
                 stop_event.wait(backoff)
                 backoff = min(backoff * 2, cfg.max_backoff)
+            except BaseException:
+                if created and not getattr(stream, "session_started", False) and not started:
+                    _drop_created(stream, created, progress)
+                raise
             finally:
                 stream.close()
                 # the durable state is the one on disk (a crash would see the same)
-                state = load_state(cfg.out) or CaptureState()
-                clean_directory(cfg.out, state)
+                rec = plan_recovery(out)
     finally:
+        lock.release()
         progress.done()
         result.seconds = time.monotonic() - t0
         result.peak_rss = _peak_rss()
     return result
+
+
+def _pid_in(text):
+    m = re.search(r"PID (\d+)", text)
+    return m.group(1) if m else "?"
+
+
+def _redact(text, dsn):
+    from .dsn import redact
+
+    return redact(text, dsn)
+
+
+def _permanent_stream_error(text: str, cfg, pubs):
+    """An ERROR the walsender ends the stream with that a reconnect cannot fix."""
+    m = re.search(r'publication "([^"]*)" does not exist', text)
+    if m:
+        return ServerRefused(
+            f"the server cannot decode slot {cfg.slot!r} with publication {m.group(1)!r}: it does "
+            "not exist as of the slot's position (a publication must be created before the "
+            "slot that uses it). Create the slot again after the publication, or use a "
+            "publication that existed then")
+    return None
 
 
 def _peak_rss() -> int:
@@ -230,15 +397,25 @@ def _until_done(cfg, stream):
     return cfg.until_lsn is not None and stream.flush_lsn >= cfg.until_lsn
 
 
-def _session(cfg, stream, options, state, confirmed, stop_event, progress, result) -> bool:
+def _session(cfg, stream, options, state, confirmed, stop_event, progress, result, out) -> bool:
     """One walsender session. Returns whether anything was received."""
     tracker = TransactionTracker(state, streaming_parallel=options.streaming == "parallel")
     synthetic = tracker.resume(confirmed)
-    stream.set_flush(max(confirmed, state.durable_lsn))
+    stream.set_flush(max(confirmed, state.confirmable_lsn))
+    # the identity and options, durable before anything is received (a new directory
+    # gets its first checkpoint here: from now on it belongs to this slot, and a slot
+    # this run created is no longer removed when a later step fails)
+    try:
+        write_checkpoint(out, state, cfg.file_mode)
+    except OSError as exc:
+        raise DurabilityError(f"writing the checkpoint of {out} failed: "
+                              f"{exc.strerror or exc}; nothing past the last checkpoint was "
+                              "confirmed") from None
+    stream.session_started = True
     stream.start(cfg.slot, options, 0)
     stream.send_status()
-    writer = SegmentWriter(cfg.out, compression=cfg.compression, write_delay=cfg.write_delay,
-                           max_bytes=cfg.memory_bytes // 2,
+    writer = SegmentWriter(out, state, compression=cfg.compression, write_delay=cfg.write_delay,
+                           max_bytes=cfg.memory_bytes // 2, file_mode=cfg.file_mode,
                            metadata={"slot": cfg.slot, "options": options.as_dict(),
                                      "server_version_num": stream.version_num})
     seq = state.last_segment + 1
@@ -289,7 +466,7 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
         d = writer.take_durable()
         result.segments = seg_base + writer.segments_written
         if d is not None:
-            held.append((time.monotonic(), d.durable_lsn))
+            held.append((time.monotonic(), d.confirmable_lsn))
         lsn = None
         while held and (final or time.monotonic() - held[0][0] >= cfg.ack_delay):
             lsn = held.popleft()[1]
@@ -309,7 +486,9 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
         # of changes between them are copied to the chunk in one call each
         ctrl: list = []
         read_bytes = max(64 << 10, cfg.memory_bytes // 8)
+        last_idle_checkpoint = 0.0
         while True:
+            writer.check()     # a failed write stops capture at once, idle or not
             # wait less while a segment is being made durable: its acknowledgement
             # follows sooner
             got = stream.read_batch(0.1 if writer.idle() else 0.01, batch, ctrl, read_bytes)
@@ -378,11 +557,21 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
             result.skipped = tracker.skipped
             idle = (not seg_messages and writer.idle() and tracker.at_boundary
                     and not tracker.skipping and not held)
-            if idle and stream.server_wal_end > stream.flush_lsn:
-                # everything received is durable: confirm the server's position, so that
-                # skipped empty transactions do not cause a keepalive storm (§1.3)
-                stream.set_flush(stream.server_wal_end)
-                result.flush_lsn = stream.flush_lsn
+            if (idle and stream.server_wal_end > tracker.state.acked_lsn
+                    and stream.server_wal_end > stream.flush_lsn
+                    and (time.monotonic() - last_idle_checkpoint >= cfg.idle_checkpoint_seconds
+                         or (cfg.until_lsn is not None and stream.server_wal_end >= cfg.until_lsn))):
+                # everything received is durable and the server has moved on (past
+                # transactions of other tables, skipped empty ones): confirm its position
+                # too, so that WAL is released and no keepalive storm follows (§1.3); but
+                # only once a checkpoint holds it (``acked_lsn``): a slot confirmed past
+                # the newest checkpoint would hide a stale or lost one
+                tracker.state.acked_lsn = stream.server_wal_end
+                snap = tracker.state.copy()
+                snap.next_ordinal = next_ordinal
+                writer.checkpoint(snap, keepalive=serve)
+                last_idle_checkpoint = time.monotonic()
+                idle = False
             if idle and _until_done(cfg, stream):
                 stream.send_status()
                 break
@@ -408,7 +597,10 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
             writer.abort_segment(seq)
         except BaseException:
             pass
-        writer.finish(timeout=60)
+        try:
+            writer.finish(timeout=60)
+        except BaseException:
+            pass
         raise
     writer.finish(timeout=None)
     collect_durable(final=True)

@@ -39,7 +39,8 @@ import time
 from typing import Any
 
 from .columns import MessageColumns as _PyColumns
-from ..lsn import format_lsn
+from .errors import CaptureError, ServerRefused
+from ..lsn import format_lsn, parse_lsn
 
 __all__ = ["ReplicationOptions", "ReplicationStream", "choose_options", "SESSION_SETTINGS",
            "max_protocol", "CaptureError"]
@@ -66,10 +67,6 @@ _KEEPALIVE = struct.Struct(">Qq?")       # walEnd, sendTime, replyRequested (aft
 _STATUS = struct.Struct(">cQQQq?")
 
 
-class CaptureError(RuntimeError):
-    """A problem the user has to fix (bad options, missing slot, wrong server)."""
-
-
 def max_protocol(version_num: int) -> int:
     """Highest pgoutput ``proto_version`` a server accepts (PROTOCOL.md §0.3)."""
     if version_num >= 160000:
@@ -90,7 +87,8 @@ class ReplicationOptions:
     def __init__(self, proto_version, publication_names, binary=False, messages=False,
                  streaming=None, two_phase=False, origin=None):
         self.proto_version = proto_version
-        self.publication_names = publication_names
+        #: the publications' exact names (a list; quoted for the server in ``pairs``)
+        self.publication_names = publication_list(publication_names)
         self.binary = binary
         self.messages = messages
         self.streaming = streaming      # None (not sent), "on", "off", "parallel"
@@ -101,8 +99,10 @@ class ReplicationOptions:
         return {k: getattr(self, k) for k in self.__slots__}
 
     def pairs(self) -> list:
+        # pgoutput splits publication_names as a list of SQL identifiers (unquoted ones
+        # are folded to lower case): quote each, so that "MyPub" stays MyPub
         out = [("proto_version", str(self.proto_version)),
-               ("publication_names", self.publication_names)]
+               ("publication_names", ",".join(_quote_ident(p) for p in self.publication_names))]
         if self.binary:
             out.append(("binary", "true"))
         if self.messages:
@@ -118,6 +118,18 @@ class ReplicationOptions:
     def command(self, slot: str, start_lsn: int = 0) -> str:
         opts = ", ".join(f'"{k}" {_quote_literal(v)}' for k, v in self.pairs())
         return f"START_REPLICATION SLOT {_quote_ident(slot)} LOGICAL {format_lsn(start_lsn)} ({opts})"
+
+
+def publication_list(names) -> list:
+    """Publication names as a list of exact names: a list as it is, a string split at
+    commas (names are case-sensitive and may hold spaces; give a list for a name with a
+    comma)."""
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",")]
+    out = [str(n) for n in names if str(n) != ""]
+    if not out:
+        raise CaptureError("no publication given (--publication NAME)")
+    return out
 
 
 def _quote_ident(name: str) -> str:
@@ -264,6 +276,19 @@ class ConnectionLost(Exception):
     """The walsender connection ended (server gone, network, or an ERROR from it)."""
 
 
+class SlotBusy(Exception):
+    """START_REPLICATION found the slot active for another process."""
+
+
+class ConnectFailed(ConnectionLost):
+    """Opening the connections failed; ``cause`` is psycopg2's error (classified by
+    ``dsn.connect_error``: a retry helps only for some)."""
+
+    def __init__(self, cause):
+        super().__init__(str(cause).strip())
+        self.cause = cause
+
+
 class ReplicationStream:
     """One walsender session. ``open()`` connects and reads the server's facts;
     ``start()`` issues ``START_REPLICATION``; ``read(timeout)`` returns the XLogData
@@ -294,6 +319,9 @@ class ReplicationStream:
         self.replies = 0
         self.last_status = 0.0
         self.status_interval = 10.0
+        self.database: Any = None
+        self.backend_pid: Any = None
+        self.session_started = False   # START_REPLICATION succeeded on this connection
         self._pgconn: Any = None
         self._buf = ctypes.c_void_p()
         self._lib: Any = None
@@ -311,7 +339,7 @@ class ReplicationStream:
                                          application_name=self.application_name)
         except psycopg2.OperationalError as exc:
             self.close()
-            raise ConnectionLost(str(exc).strip()) from None
+            raise ConnectFailed(exc) from None
         self.version_num = self.conn.server_version
         with self.admin.cursor() as cur:
             cur.execute("SELECT current_setting('wal_level'), "
@@ -353,9 +381,7 @@ class ReplicationStream:
         if not rows:
             return None
         lsn, tp, plugin, db, pid = rows[0]
-        from ..testing.sqlcapture import parse_pg_lsn
-
-        return (parse_pg_lsn(lsn) if lsn else 0), bool(tp), plugin, db, pid
+        return (parse_lsn(lsn) if lsn else 0), bool(tp), plugin, db, pid
 
     def create_slot(self, slot, *, two_phase=False):
         if two_phase:
@@ -364,14 +390,34 @@ class ReplicationStream:
         else:
             self.admin_query("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
 
-    def ensure_publication(self, publication):
-        if not self.admin_query("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)):
-            self.admin_query(f"CREATE PUBLICATION {_quote_ident(publication)} FOR ALL TABLES")
+    def missing_publications(self, names) -> list:
+        rows = self.admin_query("SELECT pubname FROM pg_publication WHERE pubname = ANY(%s)",
+                                (list(names),))
+        have = {r[0] for r in rows}
+        return [n for n in names if n not in have]
+
+    def create_publication(self, name):
+        self.admin_query(f"CREATE PUBLICATION {_quote_ident(name)} FOR ALL TABLES")
+
+    def drop_slot(self, slot):
+        self.admin_query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                         "WHERE slot_name = %s AND active_pid IS NULL", (slot,))
+
+    def drop_publication(self, name):
+        self.admin_query(f"DROP PUBLICATION IF EXISTS {_quote_ident(name)}")
+
+    def identify(self):
+        """``(system_identifier, database)`` of the server and connection."""
+        cur = self.conn.cursor()      # IDENTIFY_SYSTEM: what a replication role may ask
+        try:
+            cur.execute("IDENTIFY_SYSTEM")
+            systemid, _timeline, _xlogpos, dbname = cur.fetchone()
+        finally:
+            cur.close()
+        return str(systemid), dbname
 
     def current_wal_lsn(self) -> int:
-        from ..testing.sqlcapture import parse_pg_lsn
-
-        return parse_pg_lsn(self.admin_query("SELECT pg_current_wal_lsn()::text")[0][0])
+        return parse_lsn(self.admin_query("SELECT pg_current_wal_lsn()::text")[0][0])
 
     def start(self, slot, options: ReplicationOptions, start_lsn: int = 0):
         import psycopg2
@@ -380,9 +426,13 @@ class ReplicationStream:
         try:
             cur.start_replication_expert(options.command(slot, start_lsn), decode=False)
         except psycopg2.OperationalError as exc:
+            if getattr(exc, "pgcode", None) == "55006":      # object_in_use: slot held
+                raise SlotBusy(str(exc).strip()) from None
             raise ConnectionLost(str(exc).strip()) from None
         except psycopg2.Error as exc:
-            raise CaptureError(f"START_REPLICATION failed: {str(exc).strip()}") from None
+            if getattr(exc, "pgcode", None) == "55006":
+                raise SlotBusy(str(exc).strip()) from None
+            raise ServerRefused(f"START_REPLICATION failed: {str(exc).strip()}") from None
         self._cursor = cur
         self._pgconn = ctypes.c_void_p(self.conn.pgconn_ptr)
         self._ref = ctypes.byref(self._buf)

@@ -123,11 +123,12 @@ def _first_bytes(arr: pa.Array) -> np.ndarray:
     return data[off[:-1]]
 
 
-def _segment_summary(path):
-    """(first ordinal, count, [(ordinal, data)] of S/E/c/A/p/P/K/r messages)."""
-    import pyarrow.parquet as pq
+def _segment_summary(entry):
+    """(first ordinal, count, [(ordinal, data)] of S/E/c/A/p/P/K/r messages) of one
+    segment, verified (``capture.read_segment``)."""
+    from ..capture import read_segment
 
-    t = pq.read_table(path, columns=["data", "ordinal"])
+    t = read_segment(entry, columns=("data", "ordinal"))
     if t.num_rows == 0:
         return None, 0, []
     data = t.column("data").combine_chunks()
@@ -139,22 +140,25 @@ def _segment_summary(path):
 
 
 def segment_groups(directory, *, include_open: bool = False) -> list:
-    """``[{"paths": [...], "first": ordinal, "count": n, "closed": bool}]``: consecutive
-    segments such that no streamed or prepared transaction is open at a group's end."""
+    """``[{"paths": [...], "entries": [...], "first": ordinal, "count": n, "closed": bool}]``:
+    consecutive segments such that no streamed or prepared transaction is open at a
+    group's end. ``entries`` are the segments' verified manifest entries
+    (``capture.SegmentEntry``): the tasks check each file against them."""
     from .. import decode_message
-    from ..capture import segment_paths
+    from ..capture import segment_entries
 
     groups: list[dict] = []
     streams: set = set()
     prepared: set = set()
     cur: dict | None = None
-    for path in segment_paths(directory):
-        first, count, ctl = _segment_summary(path)
+    for entry in segment_entries(directory):
+        first, count, ctl = _segment_summary(entry)
         if count == 0:
             continue
         if cur is None:
-            cur = {"paths": [], "first": first, "count": 0, "closed": False}
-        cur["paths"].append(path)
+            cur = {"paths": [], "entries": [], "first": first, "count": 0, "closed": False}
+        cur["paths"].append(entry.path)
+        cur["entries"].append(entry)
         cur["count"] += count
         for _, data in ctl:
             t = data[0]
@@ -206,13 +210,13 @@ def _message_schema(metadata: dict):
 
 def _read_groups_fn(groups, batch_rows=10_000):
     def read(batches):
-        import pyarrow.parquet as pq
+        from ..capture import read_segment
 
         for b in batches:
             for gid in b.column(0).to_pylist():
-                for path in groups[gid]["paths"]:
-                    seg = int(os.path.basename(path).split(".")[0])
-                    t = pq.read_table(path, columns=["lsn", "data", "ordinal"])
+                for entry in groups[gid]["entries"]:
+                    seg = entry.seq
+                    t = read_segment(entry, columns=("lsn", "data", "ordinal"))
                     t = t.append_column("segment", pa.array(np.full(t.num_rows, seg, np.int32)))
                     yield from t.to_batches(max_chunksize=batch_rows)
     return read

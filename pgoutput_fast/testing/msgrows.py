@@ -44,10 +44,8 @@ def message_rows(directory) -> pa.Table:
     ``seq``: a Truncate takes one per relation), null for Relation/Type rows;
     ``in_stream``: sent inside a stream block (the xid follows the type byte);
     ``ordinal``: the capture's message ordinal (the sending order)."""
-    import pyarrow.parquet as pq
-
     from .. import decode_message
-    from ..capture import segment_paths
+    from ..capture import iter_segments
 
     out: dict[str, list] = {f.name: [] for f in ROW_SCHEMA}
 
@@ -79,8 +77,7 @@ def message_rows(directory) -> pa.Table:
     streams: dict = {}
     prepared: dict = {}
     prep_gid = None
-    for path in segment_paths(directory):
-        t = pq.read_table(path, columns=["lsn", "data", "ordinal"])
+    for t in iter_segments(directory):
         for lsn, data, ordinal in zip(t.column("lsn").to_pylist(), t.column("data").to_pylist(),
                                       t.column("ordinal").to_pylist()):
             k = data[:1]
