@@ -127,8 +127,9 @@ class Decoder:
     """Stateful decoder of a pgoutput message stream into typed Arrow tables.
 
     Args:
-        catalog: a RelationCatalog to start from (e.g. built from earlier segments), or
-            None to start empty. The decoder updates its own copy.
+        catalog: a RelationCatalog to start from (e.g. built from earlier segments), its
+            JSON (``RelationCatalog.to_json()``) or dict form, or None to start empty.
+            The decoder updates its own copy.
         events: build the generic change-event table (``ChangeSet.events``).
         tables: build the typed per-table output (``ChangeSet.tables``).
         binary_unknown: columns of types the decoder does not know are ``binary`` when
@@ -140,10 +141,14 @@ class Decoder:
         spill_dir: directory of the temporary spill files (None: the system default).
     """
 
-    def __init__(self, catalog: RelationCatalog | None = None, *, events: bool = True,
+    def __init__(self, catalog: RelationCatalog | str | dict | None = None, *, events: bool = True,
                  tables: bool = True, binary_unknown: bool | None = None,
                  max_pending_bytes: int = 256 << 20, spill_dir: str | None = None):
         impl = _impl()
+        if isinstance(catalog, str):
+            catalog = RelationCatalog.from_json(catalog)
+        elif isinstance(catalog, dict):
+            catalog = RelationCatalog.from_dict(catalog)
         self._catalog = catalog.copy() if catalog is not None else RelationCatalog()
         self._core = impl.DecoderCore(self._catalog, events=events, tables=tables,
                                       binary_unknown=binary_unknown,
