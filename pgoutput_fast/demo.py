@@ -70,7 +70,6 @@ FIXTURE_PAIRS = [
 FIXTURE_SCHEMA = "pgo"
 
 # message types that can end the last open transaction (commit, abort, prepared outcome)
-_ENDS_TRANSACTION = frozenset(b"CcKrA")
 
 
 #: ``pgoutput-fast demo --help``
@@ -186,44 +185,16 @@ def main(argv=None) -> int:
 # ======================================================================================
 
 def transaction_cuts(messages) -> list:
-    """Indexes ``i`` such that no transaction is open before message ``i``.
-
-    Open means: inside ``B…C`` or ``b…P``, inside a stream block ``S…E``, a streamed
-    transaction not yet ended by ``c``/``A``/``p``, or a prepared transaction not yet
-    ended by ``K``/``r``. A ``feed()`` that ends at such an index leaves the decoder
-    holding nothing.
-    """
-    from . import decode_message
+    """Indexes ``i`` such that no transaction is open before message ``i`` and one
+    ended just before it (``protocol.Grammar.at_rest`` after a ``UNIT_ENDS``
+    message). A ``feed()`` that ends at such an index leaves the decoder holding
+    nothing."""
+    from .protocol import UNIT_ENDS, Grammar
 
     cuts = []
-    in_txn = in_block = False
-    streams, prepared = set(), set()
+    grammar = Grammar()
     for i, data in enumerate(messages):
-        t = data[0]
-        if t in b"Bb":
-            in_txn = True
-        elif t == ord("C"):
-            in_txn = False
-        elif t == ord("P"):
-            in_txn = False
-            prepared.add(decode_message(data).gid)
-        elif t == ord("S"):
-            in_block = True
-            streams.add(decode_message(data).xid)
-        elif t == ord("E"):
-            in_block = False
-        elif t in b"cp":
-            m = decode_message(data)
-            streams.discard(m.xid)
-            if t == ord("p"):
-                prepared.add(m.gid)
-        elif t == ord("A"):
-            m = decode_message(data)
-            if m.xid == m.subxid:
-                streams.discard(m.xid)
-        elif t in b"Kr":
-            prepared.discard(decode_message(data).gid)
-        if t in _ENDS_TRANSACTION and not (in_txn or in_block or streams or prepared):
+        if grammar.step(data) in UNIT_ENDS and grammar.at_rest:
             cuts.append(i + 1)
     return cuts
 

@@ -41,6 +41,7 @@ from typing import Any
 from .columns import MessageColumns as _PyColumns
 from .errors import CaptureError, ServerRefused
 from ..lsn import format_lsn, parse_lsn
+from ..protocol import INSIDE_ONLY
 
 __all__ = ["ReplicationOptions", "ReplicationStream", "choose_options", "SESSION_SETTINGS",
            "max_protocol", "CaptureError"]
@@ -59,7 +60,7 @@ PG_EPOCH_UNIX_US = 946_684_800_000_000
 #: message types that only occur inside B..C, b..P or S..E and need no tracking (Insert,
 #: Update, Delete, Truncate, Origin, Relation, Type; a Relation or Type outside one,
 #: which the resume filter emits itself, is written first and not read from here)
-INSIDE_TYPES = frozenset(b"IUDTORY")
+INSIDE_TYPES = INSIDE_ONLY
 
 
 _XLOG_HEAD = struct.Struct(">QQq")       # dataStart, walEnd, sendTime (after the 'w')

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import struct
 
+from ..protocol import (BEGIN, BEGIN_PREPARE, COMMIT, COMMIT_PREPARED, MESSAGE, PREPARE,
+                        RELATION, ROLLBACK_PREPARED, STREAM_ABORT, STREAM_COMMIT,
+                        STREAM_PREPARE, STREAM_START, STREAM_STOP, TYPE)
 from .state import CaptureState
 
 __all__ = ["TransactionTracker"]
@@ -20,10 +23,6 @@ def _cstring(data, pos):
 
 
 
-#: "finishing" message types whose end LSN advances the durable position
-_B, _C, _O, _R, _Y, _M = b"BCORYM"
-_S, _E, _c, _A = b"SEcA"
-_b, _P, _p, _K, _r = b"bPpKr"
 
 
 class TransactionTracker:
@@ -77,18 +76,18 @@ class TransactionTracker:
         if self.skipping:
             # inside a duplicate: keep only the schema (the server will not send it again
             # in this session, and later transactions may depend on it)
-            if t == _C or t == _P:
+            if t == COMMIT or t == PREPARE:
                 self.skipping = False
                 self.in_txn = False
                 return None
-            if t == _E:
+            if t == STREAM_STOP:
                 self.skipping = False
                 self.in_block = False
                 return None
-            if t == _R or t == _Y:
+            if t == RELATION or t == TYPE:
                 return data[:1] + data[5:] if self.in_block else data
             return None
-        if t == _B:
+        if t == BEGIN:
             self.in_txn = True
             final_lsn = _U64.unpack_from(data, 1)[0]
             if skip is not None and final_lsn < skip.durable_lsn:
@@ -96,11 +95,11 @@ class TransactionTracker:
                 self.skipped += 1
                 return None
             return data
-        if t == _C:
+        if t == COMMIT:
             self.in_txn = False
             self._finish(_U64.unpack_from(data, 10)[0])
             return data
-        if t == _S:
+        if t == STREAM_START:
             xid = _U32.unpack_from(data, 1)[0]
             self.in_block = True
             self.block_xid = xid
@@ -109,10 +108,10 @@ class TransactionTracker:
                 return None
             st.open_streams.add(xid)
             return data
-        if t == _E:
+        if t == STREAM_STOP:
             self.in_block = False
             return data
-        if t == _c:
+        if t == STREAM_COMMIT:
             xid = _U32.unpack_from(data, 1)[0]
             if skip is not None and xid in skip.finished_streams:
                 self.skipped += 1
@@ -122,14 +121,14 @@ class TransactionTracker:
             st.finished_streams[xid] = end
             self._finish(end)
             return data
-        if t == _A:
+        if t == STREAM_ABORT:
             xid, subxid = struct.unpack_from(">II", data, 1)
             if skip is not None and xid in skip.finished_streams:
                 return None
             if xid == subxid:
                 st.open_streams.discard(xid)
             return data
-        if t == _b:
+        if t == BEGIN_PREPARE:
             end = _U64.unpack_from(data, 9)[0]
             gid, _ = _cstring(data, 29)
             self.in_txn = True
@@ -138,14 +137,14 @@ class TransactionTracker:
                 self.skipped += 1
                 return None
             return data
-        if t == _P:
+        if t == PREPARE:
             end = _U64.unpack_from(data, 10)[0]
             gid, _ = _cstring(data, 30)
             self.in_txn = False
             st.prepares.append([gid, end, None])
             self._finish(end)
             return data
-        if t == _p:
+        if t == STREAM_PREPARE:
             end = _U64.unpack_from(data, 10)[0]
             gid, _ = _cstring(data, 30)
             xid = _U32.unpack_from(data, 26)[0]
@@ -157,8 +156,8 @@ class TransactionTracker:
             st.prepares.append([gid, end, None])
             self._finish(end)
             return data
-        if t == _K or t == _r:
-            if t == _K:
+        if t == COMMIT_PREPARED or t == ROLLBACK_PREPARED:
+            if t == COMMIT_PREPARED:
                 end = _U64.unpack_from(data, 10)[0]
                 gid, _ = _cstring(data, 30)
                 prepare_end = None
@@ -174,7 +173,7 @@ class TransactionTracker:
                     break
             self._finish(end)
             return data
-        if t == _M and not (self.in_txn or self.in_block):
+        if t == MESSAGE and not (self.in_txn or self.in_block):
             # non-transactional Message: its own LSN is its identity
             if skip is not None and lsn <= skip.durable_lsn:
                 return None

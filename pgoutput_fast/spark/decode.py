@@ -36,7 +36,6 @@ and replica identity, so ``apply_changes`` finds the keys without the catalog.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -44,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..catalog import RelationCatalog
+from ..protocol import STREAM_OR_PREPARED
 from .types import spark_arrow_type, to_spark_array
 
 __all__ = ["read_segments", "build_catalog", "decode", "segment_groups",
@@ -51,7 +51,7 @@ __all__ = ["read_segments", "build_catalog", "decode", "segment_groups",
 
 MESSAGE_COLUMNS = ("lsn", "data", "ordinal", "segment")
 META_KEY = "pgoutput_fast"
-_GROUP_BYTES = frozenset(b"SEcApPKr")
+_GROUP_BYTES = STREAM_OR_PREPARED   # what the grouping follows (segments end outside B..C)
 _CATALOG_BYTES = b"RYSE"
 
 
@@ -133,7 +133,7 @@ def _segment_summary(entry):
         return None, 0, []
     data = t.column("data").combine_chunks()
     first = _first_bytes(data)
-    idx = np.nonzero(np.isin(first, np.frombuffer(bytes(_GROUP_BYTES), np.uint8)))[0]
+    idx = np.nonzero(np.isin(first, np.frombuffer(bytes(sorted(_GROUP_BYTES)), np.uint8)))[0]
     ords = t.column("ordinal").combine_chunks()
     ctl = [(ords[int(i)].as_py(), data[int(i)].as_py()) for i in idx]
     return ords[0].as_py(), t.num_rows, ctl
@@ -144,12 +144,11 @@ def segment_groups(directory, *, include_open: bool = False) -> list:
     consecutive segments such that no streamed or prepared transaction is open at a
     group's end. ``entries`` are the segments' verified manifest entries
     (``capture.SegmentEntry``): the tasks check each file against them."""
-    from .. import decode_message
     from ..capture import segment_entries
+    from ..protocol import Grammar
 
     groups: list[dict] = []
-    streams: set = set()
-    prepared: set = set()
+    grammar = Grammar()
     cur: dict | None = None
     for entry in segment_entries(directory):
         first, count, ctl = _segment_summary(entry)
@@ -161,23 +160,8 @@ def segment_groups(directory, *, include_open: bool = False) -> list:
         cur["entries"].append(entry)
         cur["count"] += count
         for _, data in ctl:
-            t = data[0]
-            if t == ord("S"):
-                streams.add(decode_message(data).xid)
-            elif t in b"cp":
-                m = decode_message(data)
-                streams.discard(m.xid)
-                if t == ord("p"):
-                    prepared.add(m.gid)
-            elif t == ord("A"):
-                m = decode_message(data)
-                if m.xid == m.subxid:
-                    streams.discard(m.xid)
-            elif t == ord("P"):
-                prepared.add(decode_message(data).gid)
-            elif t in b"Kr":
-                prepared.discard(decode_message(data).gid)
-        if not streams and not prepared:
+            grammar.step(data)
+        if grammar.at_rest:
             cur["closed"] = True
             groups.append(cur)
             cur = None
