@@ -16,7 +16,8 @@ __all__ = ["BEGIN", "COMMIT", "ORIGIN", "RELATION", "TYPE", "INSERT", "UPDATE", 
            "TRUNCATE", "MESSAGE", "STREAM_START", "STREAM_STOP", "STREAM_COMMIT",
            "STREAM_ABORT", "BEGIN_PREPARE", "PREPARE", "COMMIT_PREPARED", "ROLLBACK_PREPARED",
            "STREAM_PREPARE", "MESSAGE_TYPE_BYTES", "INSIDE_ONLY", "XID_FRAMED", "CHANGES",
-           "UNIT_ENDS", "STREAM_OR_PREPARED", "Grammar"]
+           "UNIT_ENDS", "STREAM_OR_PREPARED", "SESSION_SETTINGS", "XID_FRAMED_CHARS",
+           "Grammar"]
 
 # the type byte of each message (PostgreSQL's LogicalRepMsgType)
 BEGIN = 0x42              # B
@@ -59,6 +60,20 @@ UNIT_ENDS = frozenset((COMMIT, STREAM_COMMIT, COMMIT_PREPARED, ROLLBACK_PREPARED
 #: ``Grammar`` needs besides ``B``/``C``/``b``/``P`` inside a segment's interior)
 STREAM_OR_PREPARED = frozenset((STREAM_START, STREAM_STOP, STREAM_COMMIT, STREAM_ABORT,
                                 STREAM_PREPARE, PREPARE, COMMIT_PREPARED, ROLLBACK_PREPARED))
+
+#: Session settings the text form of values depends on (docs/protocol.md §4.1): capture
+#: sets them on its walsender session, and every text-mode consumer must.
+SESSION_SETTINGS = (
+    ("DateStyle", "ISO"),
+    ("IntervalStyle", "postgres"),
+    ("extra_float_digits", "3"),
+    ("TimeZone", "UTC"),
+    ("client_encoding", "UTF8"),
+    ("bytea_output", "hex"),
+)
+
+#: the one-character type names of ``XID_FRAMED`` (for code that keeps the type as str)
+XID_FRAMED_CHARS = frozenset(chr(t) for t in XID_FRAMED)
 
 _U32 = struct.Struct(">I")
 

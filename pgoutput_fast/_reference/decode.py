@@ -67,7 +67,7 @@ _I64 = struct.Struct(">q")
 _NUL = re.compile(b"\x00")
 
 # Message types that carry the stream XID inside a Stream Start..Stop block (§2.1).
-_STREAMABLE = frozenset("RYIUDTM")
+from ..protocol import XID_FRAMED_CHARS as _STREAMABLE  # noqa: E402
 _REPLIDENTS = frozenset("dnfi")
 
 

@@ -95,7 +95,7 @@ _STATE_WORDS = {
     STREAM: "inside a stream block",
 }
 # messages that carry the stream XID inside S..E (PROTOCOL.md §2.1)
-_STREAMABLE = frozenset("RYIUDTM")
+from ..protocol import XID_FRAMED_CHARS as _STREAMABLE  # noqa: E402
 
 _KIND_SUFFIX = re.compile(r" \([^()]* column\)$")
 

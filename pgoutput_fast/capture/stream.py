@@ -41,20 +41,11 @@ from typing import Any
 from .columns import MessageColumns as _PyColumns
 from .errors import CaptureError, ServerRefused
 from ..lsn import format_lsn, parse_lsn
-from ..protocol import INSIDE_ONLY
+from ..protocol import INSIDE_ONLY, SESSION_SETTINGS
 
 __all__ = ["ReplicationOptions", "ReplicationStream", "choose_options", "SESSION_SETTINGS",
            "max_protocol", "CaptureError"]
 
-#: Settings the text form of values depends on (PROTOCOL.md §4.1), set on the session.
-SESSION_SETTINGS = (
-    ("DateStyle", "ISO"),
-    ("IntervalStyle", "postgres"),
-    ("extra_float_digits", "3"),
-    ("TimeZone", "UTC"),
-    ("client_encoding", "UTF8"),
-    ("bytea_output", "hex"),
-)
 
 PG_EPOCH_UNIX_US = 946_684_800_000_000
 #: message types that only occur inside B..C, b..P or S..E and need no tracking (Insert,
