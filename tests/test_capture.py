@@ -700,7 +700,8 @@ def _run_measured(cmd, env):
     p = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        timeout=300)
     err = p.stderr.decode(errors="replace")
-    done = [json.loads(line) for line in err.splitlines() if line.startswith('{"event": "done"')]
+    events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    done = [e for e in events if e.get("event") == "done"]
     return p.returncode, err, (done[-1]["peak_rss"] if done else None)
 
 
