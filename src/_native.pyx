@@ -5,7 +5,8 @@
     errors.pxi         DecodeError construction from cursor failures
     messages.pxi       decode_message: one message -> message object (inspection path)
     builders.pxi       column builders in C memory, exported zero-copy to Arrow
-    kinds.pxi          value kinds (mirror of pgoutput_fast/types.py)
+    kind_numbers.pxi   value kinds K_* (GENERATED from pgoutput_fast/types.py)
+    kinds.pxi          value kinds: builder layout and column of each kind
     values_text.pxi    text TupleData value -> typed column (no Python objects)
     values_binary.pxi  binary TupleData value -> typed column
     values_api.pxi     Python entry points to the value parsers (tests, tools)
@@ -33,6 +34,7 @@ include "cursor.pxi"
 include "errors.pxi"
 include "messages.pxi"
 include "builders.pxi"
+include "kind_numbers.pxi"
 include "kinds.pxi"
 include "values_text.pxi"
 include "values_binary.pxi"

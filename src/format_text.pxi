@@ -14,8 +14,8 @@
 # The C writers (two-digit table, integer / float / time writers, the common numeric's
 # straight-line writer) are in text_format.h, declared below.
 #
-# Everything here is prefixed fmt_/FMTK_ so it cannot clash with kinds.pxi and the
-# value parsers, which are written alongside.
+# Everything here is prefixed fmt_ so it cannot clash with the value parsers, which are
+# written alongside; the value kinds are kind_numbers.pxi's K_* (generated from types.py).
 
 from libc.string cimport memmove
 from libc.stdint cimport INT32_MIN, INT32_MAX, INT64_MIN, INT64_MAX
@@ -34,39 +34,6 @@ cdef extern from "shortest.h" nogil:
         uint32_t mantissa
         int32_t exponent
     pgo_dec32 pgo_f2d(uint32_t bits)
-
-
-# Value kinds: same numbers as pgoutput_fast/types.py (K_*).
-cdef enum:
-    FMTK_UNKNOWN = 0
-    FMTK_BOOL = 1
-    FMTK_INT2 = 2
-    FMTK_INT4 = 3
-    FMTK_INT8 = 4
-    FMTK_OID = 5
-    FMTK_FLOAT4 = 6
-    FMTK_FLOAT8 = 7
-    FMTK_DECIMAL = 8
-    FMTK_NUMERIC_STR = 9
-    FMTK_TEXT = 10
-    FMTK_BPCHAR = 11
-    FMTK_CHAR = 12
-    FMTK_BYTEA = 13
-    FMTK_JSON = 14
-    FMTK_JSONB = 15
-    FMTK_DATE = 16
-    FMTK_TIME = 17
-    FMTK_TIMETZ = 18
-    FMTK_TIMESTAMP = 19
-    FMTK_TIMESTAMPTZ = 20
-    FMTK_INTERVAL = 21
-    FMTK_UUID = 22
-    FMTK_INET = 23
-    FMTK_CIDR = 24
-    FMTK_MACADDR = 25
-    FMTK_MACADDR8 = 26
-    FMTK_ARRAY = 27
-    FMTK_LAST = 27
 
 
 # PostgreSQL's datetime constants (src/include/datatype/timestamp.h).
@@ -947,7 +914,7 @@ cdef int fmt_array(Buf *out, int elem_kind, const unsigned char *p, Py_ssize_t n
     cdef Py_ssize_t pos, start
     cdef bint needdims = False
     cdef char *w
-    if elem_kind < 0 or elem_kind > FMTK_LAST or elem_kind == FMTK_ARRAY:
+    if elem_kind < 0 or elem_kind >= K_NKINDS or elem_kind == K_ARRAY:
         why[0] = FMT_E_ARR_ELEM_KIND
         return -1
     if n < 12:
@@ -1074,42 +1041,42 @@ cdef int fmt_value(int kind, int elem_kind, const unsigned char *p, Py_ssize_t n
                    const char **why) noexcept nogil:
     cdef char *w
     cdef unsigned char c
-    if kind == FMTK_TEXT or kind == FMTK_BPCHAR or kind == FMTK_JSON:
+    if kind == K_TEXT or kind == K_BPCHAR or kind == K_JSON:
         if utf8_invalid_at(p, n) >= 0:
             why[0] = FMT_E_UTF8
             return -1
         return fmt_bytes(out, p, n, why)
-    if kind == FMTK_INT4 or kind == FMTK_INT2 or kind == FMTK_INT8 or kind == FMTK_OID:
-        if n != (2 if kind == FMTK_INT2 else 8 if kind == FMTK_INT8 else 4):
+    if kind == K_INT4 or kind == K_INT2 or kind == K_INT8 or kind == K_OID:
+        if n != (2 if kind == K_INT2 else 8 if kind == K_INT8 else 4):
             why[0] = FMT_E_LENGTH
             return -1
         w = fmt_room(out, 24)
         if w == NULL:
             why[0] = FMT_E_NOMEM
             return -1
-        if kind == FMTK_INT2:
+        if kind == K_INT2:
             w = fmt_w_i64(w, pgo_be16s(p))
-        elif kind == FMTK_INT4:
+        elif kind == K_INT4:
             w = fmt_w_i64(w, pgo_be32s(p))
-        elif kind == FMTK_INT8:
+        elif kind == K_INT8:
             w = fmt_w_i64(w, pgo_be64s(p))
         else:
             w = fmt_w_u64(w, pgo_be32(p), 0)
         fmt_commit(out, w)
         return 0
-    if kind == FMTK_FLOAT8 or kind == FMTK_FLOAT4:
-        if n != (8 if kind == FMTK_FLOAT8 else 4):
+    if kind == K_FLOAT8 or kind == K_FLOAT4:
+        if n != (8 if kind == K_FLOAT8 else 4):
             why[0] = FMT_E_LENGTH
             return -1
-        return fmt_float(out, p, kind == FMTK_FLOAT4, why)
-    if kind == FMTK_DECIMAL or kind == FMTK_NUMERIC_STR:
+        return fmt_float(out, p, kind == K_FLOAT4, why)
+    if kind == K_DECIMAL or kind == K_NUMERIC_STR:
         return fmt_numeric(out, p, n, why)
-    if kind == FMTK_BOOL:
+    if kind == K_BOOL:
         if n != 1:
             why[0] = FMT_E_LENGTH
             return -1
         return fmt_literal(out, b"t" if p[0] != 0 else b"f", why)
-    if kind == FMTK_CHAR:
+    if kind == K_CHAR:
         if n != 1:
             why[0] = FMT_E_LENGTH
             return -1
@@ -1129,10 +1096,10 @@ cdef int fmt_value(int kind, int elem_kind, const unsigned char *p, Py_ssize_t n
             w += 1
         fmt_commit(out, w)
         return 0
-    if kind == FMTK_BYTEA or kind == FMTK_UNKNOWN:
+    if kind == K_BYTEA or kind == K_UNKNOWN:
         # K_UNKNOWN: binary value of a type the decoder does not know, shown as hex
         return fmt_hex(out, b"\\x", p, n, why)
-    if kind == FMTK_JSONB:
+    if kind == K_JSONB:
         if n < 1 or p[0] != 1:
             why[0] = FMT_E_JSONB
             return -1
@@ -1140,38 +1107,38 @@ cdef int fmt_value(int kind, int elem_kind, const unsigned char *p, Py_ssize_t n
             why[0] = FMT_E_UTF8
             return -1
         return fmt_bytes(out, p + 1, n - 1, why)
-    if kind == FMTK_DATE:
+    if kind == K_DATE:
         if n != 4:
             why[0] = FMT_E_LENGTH
             return -1
         return fmt_date(out, pgo_be32s(p), why)
-    if kind == FMTK_TIME:
+    if kind == K_TIME:
         if n != 8:
             why[0] = FMT_E_LENGTH
             return -1
         return fmt_time(out, pgo_be64s(p), False, 0, why)
-    if kind == FMTK_TIMETZ:
+    if kind == K_TIMETZ:
         if n != 12:
             why[0] = FMT_E_LENGTH
             return -1
         return fmt_time(out, pgo_be64s(p), True, pgo_be32s(p + 8), why)
-    if kind == FMTK_TIMESTAMP or kind == FMTK_TIMESTAMPTZ:
+    if kind == K_TIMESTAMP or kind == K_TIMESTAMPTZ:
         if n != 8:
             why[0] = FMT_E_LENGTH
             return -1
-        return fmt_timestamp(out, pgo_be64s(p), kind == FMTK_TIMESTAMPTZ, why)
-    if kind == FMTK_INTERVAL:
+        return fmt_timestamp(out, pgo_be64s(p), kind == K_TIMESTAMPTZ, why)
+    if kind == K_INTERVAL:
         if n != 16:
             why[0] = FMT_E_LENGTH
             return -1
         return fmt_interval(out, pgo_be64s(p), pgo_be32s(p + 8), pgo_be32s(p + 12), why)
-    if kind == FMTK_UUID:
+    if kind == K_UUID:
         return fmt_uuid(out, p, n, why)
-    if kind == FMTK_INET or kind == FMTK_CIDR:
-        return fmt_inet(out, p, n, kind == FMTK_CIDR, why)
-    if kind == FMTK_MACADDR or kind == FMTK_MACADDR8:
-        return fmt_macaddr(out, p, n, kind == FMTK_MACADDR8, why)
-    if kind == FMTK_ARRAY:
+    if kind == K_INET or kind == K_CIDR:
+        return fmt_inet(out, p, n, kind == K_CIDR, why)
+    if kind == K_MACADDR or kind == K_MACADDR8:
+        return fmt_macaddr(out, p, n, kind == K_MACADDR8, why)
+    if kind == K_ARRAY:
         return fmt_array(out, elem_kind, p, n, why)
     why[0] = FMT_E_KIND
     return -1
