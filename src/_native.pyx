@@ -3,6 +3,7 @@
 
     cursor.pxi         bounds-checked big-endian readers over const char*
     errors.pxi         DecodeError construction from cursor failures
+    protocol.pxi       the protocol's bytes: message types (MSG_*), tuple markers
     messages.pxi       decode_message: one message -> message object (inspection path)
     builders.pxi       column builders in C memory, exported zero-copy to Arrow
     kind_numbers.pxi   value kinds K_* (GENERATED from pgoutput_fast/types.py)
@@ -32,6 +33,7 @@ import pyarrow as pa
 
 include "cursor.pxi"
 include "errors.pxi"
+include "protocol.pxi"
 include "messages.pxi"
 include "builders.pxi"
 include "kind_numbers.pxi"

@@ -167,7 +167,7 @@ cdef int scan_typed_core(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
         start = pos
         kind = buf[pos]
         col = cols[i]
-        if kind == 116 or kind == 98:           # 't' / 'b'
+        if kind == COL_TEXT or kind == COL_BINARY:           # 't' / 'b'
             if end - pos < 5:
                 break
             n = pgo_be32s(buf + pos + 1)
@@ -175,7 +175,7 @@ cdef int scan_typed_core(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
                 break
             pos += 5
             p = buf + pos
-            code = col.text_inline if kind == 116 else col.bin_inline
+            code = col.text_inline if kind == COL_TEXT else col.bin_inline
             if code != 0 and not col.any_toast and (
                     col.nulls == 0 or (col.length >> 3) < col.validity.cap):
                 # ---- inline: store the value and go on, or fall through to the parser
@@ -271,7 +271,7 @@ cdef int scan_typed_core(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
                     continue
             # parse_text_value / parse_binary_value inlined by hand: through them gcc
             # leaves this loop with 16 M more instructions per 100 k rows (callgrind)
-            if kind == 116:
+            if kind == COL_TEXT:
                 rc = col.text_fn(col, p, n, &why)
             else:
                 rc = col.binary_fn(col, p, n, &why)
@@ -284,7 +284,7 @@ cdef int scan_typed_core(const unsigned char *buf, Py_ssize_t *pos_io, Py_ssize_
                 builder_rc[0] = rc
                 break
             pos += n
-        elif kind == 110:                        # 'n'
+        elif kind == COL_NULL:                        # 'n'
             # a null in a column that already has some, with room everywhere: what
             # col_end_row does, inline (the first null of a column takes col_end_row,
             # which materialises the validity bitmap)
@@ -363,10 +363,10 @@ cdef Py_ssize_t block_end(const MsgRef *refs, Py_ssize_t i, Py_ssize_t nrefs, ui
     cdef const unsigned char *p
     cdef uint8_t t
     cdef int shape = BLOCK_NEW
-    if refs[i].n >= 8 + xo and refs[i].p[0] == 68:
+    if refs[i].n >= 8 + xo and refs[i].p[0] == MSG_DELETE:
         shape = BLOCK_DELETES
-    elif (refs[i].n >= 8 + xo and refs[i].p[0] == 85
-          and (refs[i].p[5 + xo] == 75 or refs[i].p[5 + xo] == 79)):
+    elif (refs[i].n >= 8 + xo and refs[i].p[0] == MSG_UPDATE
+          and (refs[i].p[5 + xo] == TUPLE_KEY or refs[i].p[5 + xo] == TUPLE_OLD)):
         shape = BLOCK_UPDATES_OLD
     while j < nrefs and j - i < FAST_BLOCK_ROWS:
         m = &refs[j]
@@ -378,12 +378,12 @@ cdef Py_ssize_t block_end(const MsgRef *refs, Py_ssize_t i, Py_ssize_t nrefs, ui
             break
         t = p[0]
         if shape == BLOCK_DELETES:
-            if t != 68 or (p[5 + xo] != 75 and p[5 + xo] != 79):
+            if t != MSG_DELETE or (p[5 + xo] != TUPLE_KEY and p[5 + xo] != TUPLE_OLD):
                 break
         elif shape == BLOCK_UPDATES_OLD:
-            if t != 85 or (p[5 + xo] != 75 and p[5 + xo] != 79):
+            if t != MSG_UPDATE or (p[5 + xo] != TUPLE_KEY and p[5 + xo] != TUPLE_OLD):
                 break
-        elif (t != 73 and t != 85) or p[5 + xo] != 78:
+        elif (t != MSG_INSERT and t != MSG_UPDATE) or p[5 + xo] != TUPLE_NEW:
             break
         if pgo_be32(p + 1 + xo) != relid or pgo_be16s(p + 6 + xo) != ncols:
             break
@@ -466,7 +466,7 @@ cdef inline Py_ssize_t cp_tuple(const unsigned char *p, Py_ssize_t pos, Py_ssize
         rem = end - pos
         if rem >= 5:                             # (room for a kind byte and a length)
             kind = p[pos]
-            if kind == 110:                      # 'n'
+            if kind == COL_NULL:                      # 'n'
                 vn[at] = -1
                 pos += 1
             else:
@@ -474,7 +474,7 @@ cdef inline Py_ssize_t cp_tuple(const unsigned char *p, Py_ssize_t pos, Py_ssize
                     # (a kind byte 0 equals the "no kind yet" of ckind: it must not pass
                     # for a value, or a column null in the block's other rows would be
                     # stored as null in every row, this value lost)
-                    if ckind[c] != 0 or (kind != 116 and kind != 98):
+                    if ckind[c] != 0 or (kind != COL_TEXT and kind != COL_BINARY):
                         return -1
                     ckind[c] = kind
                 n = pgo_be32s(p + pos + 1)
@@ -483,7 +483,7 @@ cdef inline Py_ssize_t cp_tuple(const unsigned char *p, Py_ssize_t pos, Py_ssize
                 vp[at] = p + pos + 5
                 vn[at] = n
                 pos += 5 + n
-        elif pos < end and p[pos] == 110:        # a null among the last bytes
+        elif pos < end and p[pos] == COL_NULL:        # a null among the last bytes
             vn[at] = -1
             pos += 1
         else:
@@ -531,7 +531,7 @@ cdef inline bint cp_value(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t en
     cdef int32_t n
     if end - at >= 5:
         kind = p[at]
-        if kind == 110:                          # 'n'
+        if kind == COL_NULL:                          # 'n'
             vn[0] = -1
             pos[0] = at + 1
             return 1
@@ -544,7 +544,7 @@ cdef inline bint cp_value(const unsigned char *p, Py_ssize_t *pos, Py_ssize_t en
         vn[0] = n
         pos[0] = at + 5 + n
         return 1
-    if at < end and p[at] == 110:                # a null among the last bytes
+    if at < end and p[at] == COL_NULL:                # a null among the last bytes
         vn[0] = -1
         pos[0] = at + 1
         return 1
@@ -564,8 +564,8 @@ cdef inline bint cp_pair(const MsgRef *refs, Py_ssize_t r, int ncols, Py_ssize_t
     if not cp_tuple2(p, &a, end, q, &b, qend, ncols, vp + r, vn + r, stride, ckind):
         return 0
     if two:
-        if (end - a < 3 or p[a] != 78 or pgo_be16s(p + a + 1) != ncols
-                or qend - b < 3 or q[b] != 78 or pgo_be16s(q + b + 1) != ncols):
+        if (end - a < 3 or p[a] != TUPLE_NEW or pgo_be16s(p + a + 1) != ncols
+                or qend - b < 3 or q[b] != TUPLE_NEW or pgo_be16s(q + b + 1) != ncols):
             return 0
         a += 3
         b += 3
@@ -597,7 +597,7 @@ cdef Py_ssize_t cp_rows(const MsgRef *refs, Py_ssize_t nrows, int ncols, Py_ssiz
         if pos < 0:
             return r
         if two:
-            if end - pos < 3 or p[pos] != 78 or pgo_be16s(p + pos + 1) != ncols:
+            if end - pos < 3 or p[pos] != TUPLE_NEW or pgo_be16s(p + pos + 1) != ncols:
                 return r
             pos = cp_tuple(p, pos + 3, end, ncols, vp2 + r, vn2 + r, stride, ckind2)
             if pos < 0:
@@ -641,10 +641,10 @@ cdef Py_ssize_t ev_tuple(MapB *mb, const unsigned char *p, Py_ssize_t pos, Py_ss
         if pos >= end:
             return -1
         kind = p[pos]
-        if kind == 110:                          # 'n'
+        if kind == COL_NULL:                          # 'n'
             n = -1
             pos += 1
-        elif (kind != 116 and kind != 98) or end - pos < 5:
+        elif (kind != COL_TEXT and kind != COL_BINARY) or end - pos < 5:
             return -1
         else:
             n = pgo_be32s(p + pos + 1)
@@ -663,7 +663,7 @@ cdef Py_ssize_t ev_tuple(MapB *mb, const unsigned char *p, Py_ssize_t pos, Py_ss
                 return -2
             continue
         k = ctype[4 * c]
-        if kind == 116 or k == K_TEXT or k == K_BPCHAR or k == K_JSON:
+        if kind == COL_TEXT or k == K_TEXT or k == K_BPCHAR or k == K_JSON:
             # the text as sent, once checked (a text-like type's binary form is its text)
             if vals.data.cap - vals.data.len < n and buf_reserve(&vals.data, n) < 0:
                 return -2
@@ -1032,18 +1032,18 @@ cdef Py_ssize_t cp_column(Column *col, uint8_t kind, const unsigned char **vp, c
     all are null): cp_loop in the column's inline form."""
     cdef int code = 0
     cdef value_fn fn
-    if kind == 98:
+    if kind == COL_BINARY:
         code = col.bin_inline
         fn = col.binary_fn
     else:
         fn = col.text_fn
-        if kind == 116:
+        if kind == COL_TEXT:
             code = col.text_inline
         else:
             return cp_all_null(col, fn, vp, vn, nrows, builder_rc)
     if code == BIN_INLINE_SWAP4:
         return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpSwap4 *>NULL)
-    if (kind == 98 and fn == bin_decimal and col.layout == LAYOUT_FIXED and col.fixed_width == 16
+    if (kind == COL_BINARY and fn == bin_decimal and col.layout == LAYOUT_FIXED and col.fixed_width == 16
             and col.precision <= 18):
         # (binary numeric(p <= 18): bin_decimal18_fast's one pass, else bin_decimal)
         return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpBinDec18 *>NULL)
@@ -1063,7 +1063,7 @@ cdef Py_ssize_t cp_column(Column *col, uint8_t kind, const unsigned char **vp, c
         return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpTxtTs *>NULL)
     if code == TEXT_INLINE_BOOL:
         return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpTxtBool *>NULL)
-    if kind == 116 and col.layout == LAYOUT_FIXED:
+    if kind == COL_TEXT and col.layout == LAYOUT_FIXED:
         # (float8 and numeric(p <= 18) text: the parser's result stored here, without
         # its push; anything it does not take goes to fn, which reports it)
         if fn == tx_float8 and col.fixed_width == 8:

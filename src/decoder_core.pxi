@@ -229,27 +229,27 @@ cdef class DecoderCore:
         cur_init(&c, m.p, m.n)
         t = m.p[0]
         c.pos = 1
-        if self.state == ST_STREAM and (t == 82 or t == 89 or t == 73 or t == 85 or t == 68
-                                         or t == 84 or t == 77):
+        if self.state == ST_STREAM and (t == MSG_RELATION or t == MSG_TYPE or t == MSG_INSERT or t == MSG_UPDATE or t == MSG_DELETE
+                                         or t == MSG_TRUNCATE or t == MSG_MESSAGE):
             if rd_u32(&c, &xid) < 0:
                 self._fail_cursor(&c)
-        if t == 73 or t == 85 or t == 68:                  # I U D
+        if t == MSG_INSERT or t == MSG_UPDATE or t == MSG_DELETE:                  # I U D
             return self._on_dml(m, &c, t, xid)
-        if t == 66:
+        if t == MSG_BEGIN:
             return self._on_begin(m, index)
-        if t == 67:
+        if t == MSG_COMMIT:
             return self._on_commit(m)
-        if t == 82 or t == 89:
+        if t == MSG_RELATION or t == MSG_TYPE:
             return self._on_catalog(m, t, xid)
-        if t == 84:
+        if t == MSG_TRUNCATE:
             return on_truncate(self, m, &c, xid)
-        if t == 77:
+        if t == MSG_MESSAGE:
             return on_logical_message(self, m, xid)
-        if t == 79:
+        if t == MSG_ORIGIN:
             return self._on_origin(m)
-        if t == 83 or t == 69 or t == 99 or t == 65:
+        if t == MSG_STREAM_START or t == MSG_STREAM_STOP or t == MSG_STREAM_COMMIT or t == MSG_STREAM_ABORT:
             return pending_on_stream(self, m, t)
-        if t == 98 or t == 80 or t == 112 or t == 75 or t == 114:
+        if t == MSG_BEGIN_PREPARE or t == MSG_PREPARE or t == MSG_STREAM_PREPARE or t == MSG_COMMIT_PREPARED or t == MSG_ROLLBACK_PREPARED:
             return pending_on_two_phase(self, m, t)
         decode_message(<const unsigned char[:m.n]>m.p)    # raises the precise DecodeError
         raise DecodeError(f"unexpected message type {chr(t)!r}", 0, chr(t))
@@ -325,7 +325,7 @@ cdef class DecoderCore:
         check_names_utf8(msg)
         if self.state == ST_STREAM:
             self.cur.note_xid(xid)
-        if t == 89:
+        if t == MSG_TYPE:
             self.catalog.apply_type(msg)
         elif self.state == ST_TXN and not self.txn_spooled:
             prev = self.rb_current.get(msg.relid)
@@ -449,26 +449,26 @@ cdef class DecoderCore:
         c.pos += 4
         self._touch(rb)
         if self.want_events:
-            self._ev_row(rb, m, b'c' if t == 73 else (b'u' if t == 85 else b'd'), -1)
+            self._ev_row(rb, m, b'c' if t == MSG_INSERT else (b'u' if t == MSG_UPDATE else b'd'), -1)
         if rd_u8(c, &b) < 0:
             self._fail_cursor(c)
-        if t == 73:
-            if b != 78:
+        if t == MSG_INSERT:
+            if b != TUPLE_NEW:
                 self._fail("Insert: expected 'N' before the new tuple", m, c.pos - 1)
             if self.want_events:
                 map_end_row(&self.ev.before, 0)
                 self._ev_kind(0)
             self._scan_new(m, c, rb)
-        elif t == 85:
-            if b == 75 or b == 79:
+        elif t == MSG_UPDATE:
+            if b == TUPLE_KEY or b == TUPLE_OLD:
                 old_kind = b
                 self._scan_old(m, c, rb, old_kind)
                 at = c.pos
                 if rd_u8(c, &b) < 0:
                     self._fail_cursor(c)
-                if b != 78:
+                if b != TUPLE_NEW:
                     self._fail("Update: expected 'N' after the old tuple", m, at)
-            elif b != 78:
+            elif b != TUPLE_NEW:
                 self._fail(f"Update: expected 'K', 'O' or 'N', got 0x{b:02x}", m, c.pos - 1)
             else:
                 if self.want_events:
@@ -476,7 +476,7 @@ cdef class DecoderCore:
                     self._ev_kind(0)
             self._scan_new(m, c, rb)
         else:
-            if b != 75 and b != 79:
+            if b != TUPLE_KEY and b != TUPLE_OLD:
                 self._fail(f"Delete: expected 'K' or 'O', got 0x{b:02x}", m, c.pos - 1)
             at = c.pos
             self._scan_old(m, c, rb, b)
@@ -489,7 +489,7 @@ cdef class DecoderCore:
         if cur_expect_end(c) < 0:
             self._fail_cursor(c)
         if self.want_tables:
-            if meta_append(&rb.meta, m.lsn, &self.ctx, b'c' if t == 73 else (b'u' if t == 85 else b'd')) < 0:
+            if meta_append(&rb.meta, m.lsn, &self.ctx, b'c' if t == MSG_INSERT else (b'u' if t == MSG_UPDATE else b'd')) < 0:
                 raise MemoryError()
         if self.want_events:
             self._ev_toast_end()
@@ -567,7 +567,7 @@ cdef class DecoderCore:
                     self._scan_typed_from(m, &c, rb, cols, 0, meta.rows, k, rc)
                     if cur_expect_end(&c) < 0:
                         self._fail_cursor(&c)
-                meta_put(meta, m.lsn, ctx, b'c' if p[0] == 73 else b'u')
+                meta_put(meta, m.lsn, ctx, b'c' if p[0] == MSG_INSERT else b'u')
                 ctx.seq += 1
                 i += 1
         index[0] = i
@@ -687,7 +687,7 @@ cdef class DecoderCore:
             pos = 8 + xo
             if olds != BLOCK_NEW:               # the old image: 'K' (key columns) or 'O'
                 pos = ev_tuple(&e.before, p, pos, end, ncols, rb.names, rb.name_end, rb.is_key,
-                               p[5 + xo] == 75, rb.ctype, rb.fmemo)
+                               p[5 + xo] == TUPLE_KEY, rb.ctype, rb.fmemo)
                 if pos < 0:
                     break
             elif map_end_row(&e.before, 0) < 0:
@@ -699,7 +699,7 @@ cdef class DecoderCore:
                     break
             else:
                 if two:
-                    if end - pos < 3 or p[pos] != 78 or pgo_be16s(p + pos + 1) != ncols:
+                    if end - pos < 3 or p[pos] != TUPLE_NEW or pgo_be16s(p + pos + 1) != ncols:
                         pos = -1
                         break
                     pos += 3
@@ -918,7 +918,7 @@ cdef class DecoderCore:
             kind = buf[pos]
             pos += 1
             col = cols[i]
-            if kind == 116 or kind == 98:           # 't' / 'b'
+            if kind == COL_TEXT or kind == COL_BINARY:           # 't' / 'b'
                 if end - pos < 4:
                     return self._fail_short(c, pos, 4)
                 n = pgo_be32s(buf + pos)
@@ -929,7 +929,7 @@ cdef class DecoderCore:
                     return self._fail_short(c, pos, n)
                 p = buf + pos
                 pos += n
-                if kind == 116:
+                if kind == COL_TEXT:
                     rc = parse_text_value(col, p, n, &why)
                 else:
                     rc = parse_binary_value(col, p, n, &why)
@@ -943,10 +943,10 @@ cdef class DecoderCore:
                     rb.specials.append((row, i, is_old, chr(kind), bytes(<const unsigned char[:n]>p)))
                 else:
                     self._value_fail(m, rb, i, kind, p, n, why, at)
-            elif kind == 110:                        # 'n'
+            elif kind == COL_NULL:                        # 'n'
                 if col_end_row(col, 0, 0) < 0:
                     raise MemoryError()
-            elif kind == 117:                        # 'u'
+            elif kind == COL_TOAST:                        # 'u'
                 if is_old:
                     self._fail(f"unchanged-TOAST marker 'u' in an old tuple (column "
                                f"{rb.version.column_names[i]!r})", m, at)
@@ -980,7 +980,7 @@ cdef class DecoderCore:
         cdef const char *why = NULL
         cdef Column *col
         cdef MapB *mb
-        cdef bint key_only = old_kind == 75
+        cdef bint key_only = old_kind == TUPLE_KEY
         if rd_i16(c, &ncols) < 0:
             self._fail_cursor(c)
         if ncols != rb.ncols:
@@ -994,7 +994,7 @@ cdef class DecoderCore:
             at = c.pos
             if rd_u8(c, &kind) < 0:
                 self._fail_cursor(c)
-            if kind == 116 or kind == 98:           # 't' / 'b'
+            if kind == COL_TEXT or kind == COL_BINARY:           # 't' / 'b'
                 if rd_i32(c, &n) < 0:
                     self._fail_cursor(c)
                 if n < 0:
@@ -1003,7 +1003,7 @@ cdef class DecoderCore:
                     self._fail_cursor(c)
                 if cols != NULL:
                     col = cols[i]
-                    if kind == 116:
+                    if kind == COL_TEXT:
                         rc = parse_text_value(col, p, n, &why)
                     else:
                         rc = parse_binary_value(col, p, n, &why)
@@ -1021,7 +1021,7 @@ cdef class DecoderCore:
                     if key_only and not rb.is_key[i]:
                         continue
                     self._ev_value(mb, rb, i, kind, p, n, m, at)
-            elif kind == 110:                        # 'n'
+            elif kind == COL_NULL:                        # 'n'
                 if cols != NULL:
                     if col_end_row(cols[i], 0, 0) < 0:
                         raise MemoryError()
@@ -1029,7 +1029,7 @@ cdef class DecoderCore:
                     self._ev_key(mb, rb, i, m)
                     if col_end_row(mb.values, 0, 0) < 0:
                         raise MemoryError()
-            elif kind == 117:                        # 'u'
+            elif kind == COL_TOAST:                        # 'u'
                 if is_old:
                     self._fail(f"unchanged-TOAST marker 'u' in an old tuple (column "
                                f"{rb.version.column_names[i]!r})", m, at)
@@ -1062,18 +1062,18 @@ cdef class DecoderCore:
             at = c.pos
             if rd_u8(c, &kind) < 0:
                 self._fail_cursor(c)
-            if kind == 116 or kind == 98:
+            if kind == COL_TEXT or kind == COL_BINARY:
                 if rd_i32(c, &n) < 0:
                     self._fail_cursor(c)
                 if n < 0:
                     self._fail(f"negative value length {n} in column {i}", m, c.pos - 4)
                 if rd_bytes(c, n, &p) < 0:
                     self._fail_cursor(c)
-            elif kind == 117:
+            elif kind == COL_TOAST:
                 if is_old:
                     self._fail(f"unchanged-TOAST marker 'u' in an old tuple (column "
                                f"{rb.version.column_names[i]!r})", m, at)
-            elif kind != 110:
+            elif kind != COL_NULL:
                 self._fail(f"unknown TupleData column kind byte 0x{kind:02x} in column {i}", m, at)
         return 0
 
@@ -1090,7 +1090,7 @@ cdef class DecoderCore:
         shown = PyBytes_FromStringAndSize(<const char *>p, min(n, 60))
         reason = (<bytes>why).decode() if why != NULL else "bad value"
         self._fail(f"{reason}: column {v.column_names[i]!r} of {v.qualified_name} "
-                   f"(type oid {v.columns[i].type_oid}, {'text' if kind == 116 else 'binary'}) "
+                   f"(type oid {v.columns[i].type_oid}, {'text' if kind == COL_TEXT else 'binary'}) "
                    f"value {shown!r}", m, at)
 
     # -- change-event table --------------------------------------------------------
@@ -1134,7 +1134,7 @@ cdef class DecoderCore:
         cdef const char *why = NULL
         cdef int rc
         self._ev_key(mb, rb, i, m)
-        if kind == 116:
+        if kind == COL_TEXT:
             if n == 1 and p[0] >= 0x80 and rb.ctype[4 * i] == K_CHAR:
                 # "char" from PostgreSQL 14: the raw byte; shown as 15's \ooo, as typed
                 if char_as_text(&mb.values.data, p, 1, &why) < 0:

@@ -253,7 +253,7 @@ cdef object _kind_strings(const unsigned char *kinds, Py_ssize_t n):
     # kinds' bytes at hand-over and be too small for the next batch's reservation, which
     # would then fault in a fresh one each time
     for i in range(n):
-        kept += kinds[i] == 75 or kinds[i] == 79
+        kept += kinds[i] == TUPLE_KEY or kinds[i] == TUPLE_OLD
     try:
         if (buf_reserve_exact(&offs, 4 * (n + 1)) < 0 or buf_reserve_exact(&data, kept + 1) < 0
                 or buf_reserve_exact(&valid, ((n + 7) >> 3) + 1) < 0):
@@ -262,7 +262,7 @@ cdef object _kind_strings(const unsigned char *kinds, Py_ssize_t n):
         o[0] = 0
         for i in range(n):
             c = kinds[i]
-            if c == 75 or c == 79:
+            if c == TUPLE_KEY or c == TUPLE_OLD:
                 data.data[end] = c
                 end += 1
                 bits |= <unsigned char>(1 << (i & 7))

@@ -132,7 +132,7 @@ cdef inline void meta_put_run(Meta *m, const MsgRef *refs, Py_ssize_t n, Ctx *ct
         memset(d, op, <size_t>n)
     else:
         for r in range(n):
-            d[r] = 99 if refs[r].p[0] == 73 else 117      # 'c' / 'u'
+            d[r] = 99 if refs[r].p[0] == MSG_INSERT else 117      # 'c' / 'u'
     d = m.origin.data + m.origin.len
     for r in range(n):
         memcpy(d + 4 * r, &origin, 4)

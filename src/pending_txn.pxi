@@ -31,23 +31,23 @@ cdef int pending_carry_part(DecoderCore self, const MsgRef *refs, Py_ssize_t sta
     for k in range(start, stop):
         m = &refs[k]
         t = m.p[0]
-        if t == 73 or t == 85 or t == 68:          # I U D
+        if t == MSG_INSERT or t == MSG_UPDATE or t == MSG_DELETE:          # I U D
             relid = pgo_be32(m.p + 1)
             rb = current[relid]
             sp.append(REC_DML, 0, rb.id, m, self.max_pending_bytes, self.spill_dir)
-        elif t == 84:                               # T
+        elif t == MSG_TRUNCATE:                               # T
             msg = decode_message(<const unsigned char[:m.n]>m.p)
             sp.truncates.append([current[r] for r in msg.relids])
             sp.append(REC_TRUNCATE, 0, len(sp.truncates) - 1, m, self.max_pending_bytes,
                       self.spill_dir)
-        elif t == 77:                               # M (transactional ones wait)
+        elif t == MSG_MESSAGE:                               # M (transactional ones wait)
             if m.p[1] & 1:
                 sp.append(REC_MESSAGE, 0, -1, m, self.max_pending_bytes, self.spill_dir)
-        elif t == 79:                               # O
+        elif t == MSG_ORIGIN:                               # O
             msg = decode_message(<const unsigned char[:m.n]>m.p)
             sp.append(REC_ORIGIN, 0, self._origin_id(msg.name), m, self.max_pending_bytes,
                       self.spill_dir)
-        elif t == 82:                               # R: the next version from here
+        elif t == MSG_RELATION:                               # R: the next version from here
             relid_o, _, rb_new = next(log)
             current[relid_o] = rb_new
     self.txn_rel_log = []
@@ -57,7 +57,7 @@ cdef int pending_carry_part(DecoderCore self, const MsgRef *refs, Py_ssize_t sta
 cdef int pending_on_stream(DecoderCore self, const MsgRef *m, uint8_t t) except -1:
     cdef Spool sp
     msg = decode_message(<const unsigned char[:m.n]>m.p)
-    if t == 83:    # S
+    if t == MSG_STREAM_START:    # S
         self._require(ST_NONE, m, "Stream Start")
         sp = self.streams.get(msg.xid)
         if sp is None:
@@ -71,11 +71,11 @@ cdef int pending_on_stream(DecoderCore self, const MsgRef *m, uint8_t t) except 
         self.cur = sp
         self.stream_xid = msg.xid
         self.state = ST_STREAM
-    elif t == 69:  # E
+    elif t == MSG_STREAM_STOP:  # E
         self._require(ST_STREAM, m, "Stream Stop")
         self.cur = None
         self.state = ST_NONE
-    elif t == 99:  # c
+    elif t == MSG_STREAM_COMMIT:  # c
         self._require(ST_NONE, m, "Stream Commit")
         sp = self.streams.pop(msg.xid, None)
         if sp is None:
@@ -95,7 +95,7 @@ cdef int pending_on_stream(DecoderCore self, const MsgRef *m, uint8_t t) except 
 cdef int pending_on_two_phase(DecoderCore self, const MsgRef *m, uint8_t t) except -1:
     cdef Spool sp
     msg = decode_message(<const unsigned char[:m.n]>m.p)
-    if t == 98:    # b
+    if t == MSG_BEGIN_PREPARE:    # b
         self._require(ST_NONE, m, "Begin Prepare")
         sp = Spool()
         sp.xid = msg.xid
@@ -103,7 +103,7 @@ cdef int pending_on_two_phase(DecoderCore self, const MsgRef *m, uint8_t t) exce
         pending_side_init(self, sp)
         self.cur = sp
         self.state = ST_PREPARE
-    elif t == 80:  # P
+    elif t == MSG_PREPARE:  # P
         self._require(ST_PREPARE, m, "Prepare")
         sp = self.cur
         if sp.gid != msg.gid or sp.xid != msg.xid:
@@ -114,7 +114,7 @@ cdef int pending_on_two_phase(DecoderCore self, const MsgRef *m, uint8_t t) exce
         self.prepared[msg.gid] = sp          # a re-sent b..P replaces the earlier copy
         self.cur = None
         self.state = ST_NONE
-    elif t == 112: # p
+    elif t == MSG_STREAM_PREPARE: # p
         self._require(ST_NONE, m, "Stream Prepare")
         sp = self.streams.pop(msg.xid, None)
         if sp is None:
@@ -123,7 +123,7 @@ cdef int pending_on_two_phase(DecoderCore self, const MsgRef *m, uint8_t t) exce
         sp.prepare_end_lsn = msg.end_lsn
         sp.prepare_ts = msg.prepare_ts
         self.prepared[msg.gid] = sp
-    elif t == 75:  # K
+    elif t == MSG_COMMIT_PREPARED:  # K
         self._require(ST_NONE, m, "Commit Prepared")
         sp = self.prepared.pop(msg.gid, None)
         if sp is None:
@@ -451,7 +451,7 @@ cdef int pending_spool_run(DecoderCore self, const MsgRef *refs, Py_ssize_t *ind
     cdef Cursor c
     cdef int64_t seq
     cdef bint was_dirty
-    if m.n < 8 + xo or (m.p[0] != 73 and m.p[0] != 85 and m.p[0] != 68):
+    if m.n < 8 + xo or (m.p[0] != MSG_INSERT and m.p[0] != MSG_UPDATE and m.p[0] != MSG_DELETE):
         return 0
     relid = pgo_be32(m.p + 1 + xo)
     rb = self.last_rb
@@ -464,7 +464,7 @@ cdef int pending_spool_run(DecoderCore self, const MsgRef *refs, Py_ssize_t *ind
     while j < nrefs and j - i < SPOOL_RUN_ROWS:
         m = &refs[j]
         t = m.p[0] if m.n > 0 else 0
-        if m.n < 8 + xo or (t != 73 and t != 85 and t != 68) or pgo_be32(m.p + 1 + xo) != relid:
+        if m.n < 8 + xo or (t != MSG_INSERT and t != MSG_UPDATE and t != MSG_DELETE) or pgo_be32(m.p + 1 + xo) != relid:
             break
         j += 1
     if j - i < 2:
