@@ -5,6 +5,13 @@
 # relation version) and, optionally, into the generic change-event table. No Python
 # object is created per row or per value on this path.
 #
+# This file holds the class: its state, feed() and dispatch, transaction boundaries,
+# the changes (row-wise and the block writers _run_blocks -> _run_typed_blocks /
+# _run_event_blocks), the row-wise TupleData scan, the event rows and export(). The
+# logic of pending transactions is in pending_txn.pxi, Truncate and Logical Message in
+# truncate_message.pxi, the export of the event table in export.pxi: cdef functions
+# taking the core as `self`.
+#
 # Transaction handling (PROTOCOL.md §3, DESIGN.md):
 #   B..C          rows are written directly; a commit advances each touched builder's
 #                 watermark. A transaction still open at the end of a batch stays open in

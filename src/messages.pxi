@@ -1,7 +1,7 @@
 # decode_message: one pgoutput message -> one message object (pgoutput_fast.messages).
 #
 # This is the inspection path: it creates Python objects. The columnar path
-# (decoder.pxi) shares the cursor readers but never builds objects per value.
+# (decoder_core.pxi) shares the cursor readers but never builds objects per value.
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
