@@ -21,6 +21,7 @@ and unrolls for the paths that the training took. On the change-event table that
 about 10 % less time (see the README's Performance section).
 """
 
+import glob
 import os
 import platform
 import re
@@ -148,6 +149,7 @@ ext = Extension(
     "pgoutput_fast._native",
     sources=["src/_native.pyx"],
     include_dirs=["src"],
+    depends=sorted(glob.glob(os.path.join("src", "*.h"))),   # the C headers (src/*.h)
     extra_compile_args=compile_args,
     extra_link_args=link_args,
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],

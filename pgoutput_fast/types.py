@@ -38,7 +38,9 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-# Value kinds. The numbers are shared with src/kinds.pxi (a test checks they agree).
+# Value kinds: the one list of them. scripts/gen_kinds.py writes src/kind_numbers.pxi (the
+# Cython core's K_* enum and KIND_NUMBERS) from these lines, one `K_NAME = n` each, numbered
+# 0, 1, 2, ...; tests/test_kinds_generated.py fails when that file is not current.
 K_UNKNOWN = 0
 K_BOOL = 1
 K_INT2 = 2

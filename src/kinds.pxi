@@ -1,40 +1,9 @@
 # Value kinds: how a column's values are parsed and which Arrow type they land in.
 #
-# The numbers mirror pgoutput_fast/types.py exactly (tests/test_values.py checks that
-# they agree, through KIND_NUMBERS in values_api.pxi). The Arrow type of each kind is
-# documented in the types.py docstring; kind_layout()/kind_fixed_width() give the
-# builder layout of that Arrow type.
-
-cdef enum ValueKind:
-    K_UNKNOWN = 0
-    K_BOOL = 1
-    K_INT2 = 2
-    K_INT4 = 3
-    K_INT8 = 4
-    K_OID = 5
-    K_FLOAT4 = 6
-    K_FLOAT8 = 7
-    K_DECIMAL = 8
-    K_NUMERIC_STR = 9
-    K_TEXT = 10
-    K_BPCHAR = 11
-    K_CHAR = 12
-    K_BYTEA = 13
-    K_JSON = 14
-    K_JSONB = 15
-    K_DATE = 16
-    K_TIME = 17
-    K_TIMETZ = 18
-    K_TIMESTAMP = 19
-    K_TIMESTAMPTZ = 20
-    K_INTERVAL = 21
-    K_UUID = 22
-    K_INET = 23
-    K_CIDR = 24
-    K_MACADDR = 25
-    K_MACADDR8 = 26
-    K_ARRAY = 27
-    K_NKINDS = 28
+# The kinds themselves (the ValueKind enum K_*, K_NKINDS, and KIND_NUMBERS) are
+# generated from pgoutput_fast/types.py into kind_numbers.pxi (scripts/gen_kinds.py).
+# The Arrow type of each kind is documented in the types.py docstring;
+# kind_layout()/kind_fixed_width() give the builder layout of that Arrow type.
 
 
 cdef inline bint kind_is_valid(int kind) noexcept nogil:

@@ -1,7 +1,7 @@
 # decode_message: one pgoutput message -> one message object (pgoutput_fast.messages).
 #
 # This is the inspection path: it creates Python objects. The columnar path
-# (decoder.pxi) shares the cursor readers but never builds objects per value.
+# (decoder_core.pxi) shares the cursor readers but never builds objects per value.
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
@@ -115,18 +115,18 @@ cdef class _Reader:
         for i in range(ncols):
             at = self.c.pos
             kind = self.u8()
-            if kind == 110:    # 'n'
+            if kind == COL_NULL:    # 'n'
                 v = None
-            elif kind == 117:  # 'u'
+            elif kind == COL_TOAST:  # 'u'
                 v = UNCHANGED_TOAST
-            elif kind == 116 or kind == 98:  # 't' / 'b'
+            elif kind == COL_TEXT or kind == COL_BINARY:  # 't' / 'b'
                 at = self.c.pos
                 n = self.i32()
                 if n < 0:
                     raise_decode_error(f"negative value length {n} in column {i}", at, self.t)
                 if rd_bytes(&self.c, n, &p) < 0:
                     self.fail()
-                v = _tuple_new(M_Value, (FMT_T if kind == 116 else FMT_B,
+                v = _tuple_new(M_Value, (FMT_T if kind == COL_TEXT else FMT_B,
                                          PyBytes_FromStringAndSize(<const char *>p, n)))
             else:
                 raise_decode_error(f"unknown TupleData column kind byte 0x{kind:02x} in column {i}",
@@ -153,49 +153,49 @@ cdef object _decode_reader(_Reader r, bint in_stream):
     cdef list relids
     cdef const unsigned char *p = NULL
 
-    if in_stream and (t == 82 or t == 89 or t == 73 or t == 85 or t == 68 or t == 84 or t == 77):
+    if in_stream and (t == MSG_RELATION or t == MSG_TYPE or t == MSG_INSERT or t == MSG_UPDATE or t == MSG_DELETE or t == MSG_TRUNCATE or t == MSG_MESSAGE):
         xid = r.u32()
 
-    if t == 66:  # 'B' Begin
+    if t == MSG_BEGIN:  # 'B' Begin
         lsn = r.u64(); ts = r.i64(); x = r.u32(); r.end()
         return _tuple_new(M_Begin, (lsn, ts, x))
-    if t == 67:  # 'C' Commit
+    if t == MSG_COMMIT:  # 'C' Commit
         r.zero_flags()
         a = r.u64(); e = r.u64(); ts = r.i64(); r.end()
         return _tuple_new(M_Commit, (0, a, e, ts))
-    if t == 73:  # 'I' Insert
+    if t == MSG_INSERT:  # 'I' Insert
         relid = r.u32()
         at = r.c.pos
-        if r.u8() != 78:
+        if r.u8() != TUPLE_NEW:
             raise_decode_error("Insert: expected 'N' before the new tuple", at, t)
         new = r.tupledata(); r.end()
         return _tuple_new(M_Insert, (relid, new, xid))
-    if t == 85:  # 'U' Update
+    if t == MSG_UPDATE:  # 'U' Update
         relid = r.u32()
         at = r.c.pos
         b = r.u8()
         old_kind = None
         old = None
-        if b == 75 or b == 79:
-            old_kind = KIND_K if b == 75 else KIND_O
+        if b == TUPLE_KEY or b == TUPLE_OLD:
+            old_kind = KIND_K if b == TUPLE_KEY else KIND_O
             old = r.tupledata()
             at = r.c.pos
             b = r.u8()
-            if b != 78:
+            if b != TUPLE_NEW:
                 raise_decode_error("Update: expected 'N' after the old tuple", at, t)
-        elif b != 78:
+        elif b != TUPLE_NEW:
             raise_decode_error(f"Update: expected 'K', 'O' or 'N', got 0x{b:02x}", at, t)
         new = r.tupledata(); r.end()
         return _tuple_new(M_Update, (relid, old_kind, old, new, xid))
-    if t == 68:  # 'D' Delete
+    if t == MSG_DELETE:  # 'D' Delete
         relid = r.u32()
         at = r.c.pos
         b = r.u8()
-        if b != 75 and b != 79:
+        if b != TUPLE_KEY and b != TUPLE_OLD:
             raise_decode_error(f"Delete: expected 'K' or 'O', got 0x{b:02x}", at, t)
         old = r.tupledata(); r.end()
-        return _tuple_new(M_Delete, (relid, KIND_K if b == 75 else KIND_O, old, xid))
-    if t == 82:  # 'R' Relation
+        return _tuple_new(M_Delete, (relid, KIND_K if b == TUPLE_KEY else KIND_O, old, xid))
+    if t == MSG_RELATION:  # 'R' Relation
         relid = r.u32()
         nsp = r.string(); name = r.string()
         at = r.c.pos
@@ -219,10 +219,10 @@ cdef object _decode_reader(_Reader r, bint in_stream):
             cols.append(_tuple_new(M_RelationColumn, (flags, cname, toid, typmod)))
         r.end()
         return _tuple_new(M_Relation, (relid, nsp, name, replident, tuple(cols), xid))
-    if t == 89:  # 'Y' Type
+    if t == MSG_TYPE:  # 'Y' Type
         typid = r.u32(); nsp = r.string(); name = r.string(); r.end()
         return _tuple_new(M_Type, (typid, nsp, name, xid))
-    if t == 84:  # 'T' Truncate
+    if t == MSG_TRUNCATE:  # 'T' Truncate
         at = r.c.pos
         n = r.i32()
         if n < 0:
@@ -239,7 +239,7 @@ cdef object _decode_reader(_Reader r, bint in_stream):
         relids = [r.u32() for i in range(n)]
         r.end()
         return _tuple_new(M_Truncate, (opts, tuple(relids), xid))
-    if t == 77:  # 'M' Message
+    if t == MSG_MESSAGE:  # 'M' Message
         at = r.c.pos
         flags = r.u8()
         if flags > 1:
@@ -255,10 +255,10 @@ cdef object _decode_reader(_Reader r, bint in_stream):
         r.end()
         return _tuple_new(M_LogicalMessage, (flags, lsn, prefix,
                                              PyBytes_FromStringAndSize(<const char *>p, n), xid))
-    if t == 79:  # 'O' Origin
+    if t == MSG_ORIGIN:  # 'O' Origin
         lsn = r.u64(); name = r.string(); r.end()
         return _tuple_new(M_Origin, (lsn, name))
-    if t == 83:  # 'S' Stream Start
+    if t == MSG_STREAM_START:  # 'S' Stream Start
         x = r.u32()
         at = r.c.pos
         first = r.u8()
@@ -266,28 +266,28 @@ cdef object _decode_reader(_Reader r, bint in_stream):
             raise_decode_error(f"Stream Start: illegal first_segment 0x{first:02x}", at, t)
         r.end()
         return _tuple_new(M_StreamStart, (x, first))
-    if t == 69:  # 'E' Stream Stop
+    if t == MSG_STREAM_STOP:  # 'E' Stream Stop
         r.end()
         return _tuple_new(M_StreamStop, ())
-    if t == 99:  # 'c' Stream Commit
+    if t == MSG_STREAM_COMMIT:  # 'c' Stream Commit
         x = r.u32(); r.zero_flags()
         a = r.u64(); e = r.u64(); ts = r.i64(); r.end()
         return _tuple_new(M_StreamCommit, (x, 0, a, e, ts))
-    if t == 65:  # 'A' Stream Abort
+    if t == MSG_STREAM_ABORT:  # 'A' Stream Abort
         x = r.u32(); sub = r.u32()
         if r.c.pos == r.c.len:
             return _tuple_new(M_StreamAbort, (x, sub, None, None))
         a = r.u64(); ts = r.i64(); r.end()
         return _tuple_new(M_StreamAbort, (x, sub, a, ts))
-    if t == 98:  # 'b' Begin Prepare
+    if t == MSG_BEGIN_PREPARE:  # 'b' Begin Prepare
         a = r.u64(); e = r.u64(); ts = r.i64(); x = r.u32(); gid = r.string(); r.end()
         return _tuple_new(M_BeginPrepare, (a, e, ts, x, gid))
-    if t == 80 or t == 112 or t == 75:  # 'P' Prepare, 'p' Stream Prepare, 'K' Commit Prepared
+    if t == MSG_PREPARE or t == MSG_STREAM_PREPARE or t == MSG_COMMIT_PREPARED:  # 'P' Prepare, 'p' Stream Prepare, 'K' Commit Prepared
         r.zero_flags()
         a = r.u64(); e = r.u64(); ts = r.i64(); x = r.u32(); gid = r.string(); r.end()
-        cls = M_Prepare if t == 80 else (M_StreamPrepare if t == 112 else M_CommitPrepared)
+        cls = M_Prepare if t == MSG_PREPARE else (M_StreamPrepare if t == MSG_STREAM_PREPARE else M_CommitPrepared)
         return _tuple_new(cls, (0, a, e, ts, x, gid))
-    if t == 114:  # 'r' Rollback Prepared
+    if t == MSG_ROLLBACK_PREPARED:  # 'r' Rollback Prepared
         r.zero_flags()
         a = r.u64(); e = r.u64(); ts = r.i64(); ts2 = r.i64(); x = r.u32(); gid = r.string()
         r.end()

@@ -2,18 +2,6 @@
 
 from pgoutput_fast.types import KIND_NAMES as _KIND_NAMES
 
-#: value kind numbers as compiled into the native module (tests compare with types.py)
-KIND_NUMBERS = {
-    "K_UNKNOWN": K_UNKNOWN, "K_BOOL": K_BOOL, "K_INT2": K_INT2, "K_INT4": K_INT4,
-    "K_INT8": K_INT8, "K_OID": K_OID, "K_FLOAT4": K_FLOAT4, "K_FLOAT8": K_FLOAT8,
-    "K_DECIMAL": K_DECIMAL, "K_NUMERIC_STR": K_NUMERIC_STR, "K_TEXT": K_TEXT,
-    "K_BPCHAR": K_BPCHAR, "K_CHAR": K_CHAR, "K_BYTEA": K_BYTEA, "K_JSON": K_JSON,
-    "K_JSONB": K_JSONB, "K_DATE": K_DATE, "K_TIME": K_TIME, "K_TIMETZ": K_TIMETZ,
-    "K_TIMESTAMP": K_TIMESTAMP, "K_TIMESTAMPTZ": K_TIMESTAMPTZ, "K_INTERVAL": K_INTERVAL,
-    "K_UUID": K_UUID, "K_INET": K_INET, "K_CIDR": K_CIDR, "K_MACADDR": K_MACADDR,
-    "K_MACADDR8": K_MACADDR8, "K_ARRAY": K_ARRAY,
-}
-
 
 def kind_layouts():
     """{kind: (layout, fixed_width)} as the builders see them (for tests)."""

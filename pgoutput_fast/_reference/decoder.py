@@ -1,4 +1,4 @@
-"""Reference twin of the native decoder core (``src/decoder.pxi``): plain Python.
+"""Reference twin of the native decoder core (``src/decoder_core.pxi`` and the files it includes): plain Python.
 
 ``DecoderCore`` and ``MessageBatch`` here have the same API and observable behaviour as
 the native ones: same transaction state machine, same typed tables (column order,

@@ -1,0 +1,312 @@
+# The change-event table's map<string,string> images (MapB): a before / after image
+# of a row as (column name, text value) entries, written in C and exported to Arrow, and
+# the string columns that export builds from name and kind ids.
+
+cdef struct MapB:
+    Buf offsets        # int32 entry end offsets per row (offsets[0] = 0 written lazily)
+    Buf valid          # bit per row
+    Column *keys       # string per entry: the column's name, written with its value
+    Column *values     # string per entry (null = SQL NULL)
+    Py_ssize_t rows
+
+
+cdef inline int map_begin(MapB *mb) noexcept nogil:
+    cdef int32_t zero = 0
+    if mb.offsets.len == 0:
+        if buf_append(&mb.offsets, &zero, 4) < 0:
+            return -1
+    if mb.values == NULL:
+        mb.values = col_new(K_TEXT, LAYOUT_VARLEN, 0)
+        if mb.values == NULL:
+            return -1
+    if mb.values.offsets.len == 0:        # (ev_map_row writes each value's end only)
+        if buf_append(&mb.values.offsets, &zero, 4) < 0:
+            return -1
+    if mb.keys == NULL:
+        mb.keys = col_new(K_TEXT, LAYOUT_VARLEN, 0)
+        if mb.keys == NULL:
+            return -1
+    if mb.keys.offsets.len == 0:          # (map_key writes each entry's end only)
+        if buf_append(&mb.keys.offsets, &zero, 4) < 0:
+            return -1
+    return 0
+
+
+cdef inline int map_key(MapB *mb, const unsigned char *names, const int32_t *name_end,
+                        int c) noexcept nogil:
+    """The next entry's key: column c's name, names[name_end[c]:name_end[c + 1]] (names
+    has 8 bytes of room past the last one, so that a short name is one 8-byte copy).
+    After map_begin. -1: no memory; -2: the keys passed 2 GiB (int32 offsets)."""
+    cdef Column *k = mb.keys
+    cdef int32_t s = name_end[c]
+    cdef int32_t ln = name_end[c + 1] - s
+    cdef int32_t end
+    if k.data.cap - k.data.len < ln + 8 and buf_reserve(&k.data, ln + 8) < 0:
+        return -1
+    if ln <= 8:
+        memcpy(k.data.data + k.data.len, names + s, 8)
+    else:
+        memcpy(k.data.data + k.data.len, names + s, <size_t>ln)
+    if k.data.len + ln > 0x7FFFFFFF:
+        return -2
+    k.data.len += ln
+    end = <int32_t>k.data.len
+    if buf_append4(&k.offsets, &end) < 0:
+        return -1
+    k.length += 1
+    return 0
+
+
+cdef inline int map_keys_all(MapB *mb, const unsigned char *names, const int32_t *name_end,
+                             int ncols) noexcept nogil:
+    """The keys of a row that has every column: the names in one copy, and their ends.
+    After map_begin. -1: no memory; -2: past 2 GiB."""
+    cdef Column *k = mb.keys
+    cdef int32_t total = name_end[ncols]
+    cdef int32_t base, i
+    cdef int32_t *o
+    cdef unsigned char *d
+    cdef int c
+    if k.data.len + total > 0x7FFFFFFF:
+        return -2
+    if ((k.data.cap - k.data.len < total + 8 and buf_reserve(&k.data, total + 8) < 0)
+            or (k.offsets.cap - k.offsets.len < 4 * ncols and buf_reserve(&k.offsets, 4 * ncols) < 0)):
+        return -1
+    # 8 bytes at a time (names has 8 bytes of room past its end; so has the data): a
+    # row's names are a few words, which a memcpy call of a variable size costs more than
+    d = k.data.data + k.data.len
+    i = 0
+    while i < total:
+        memcpy(d + i, names + i, 8)
+        i += 8
+    base = <int32_t>k.data.len
+    o = <int32_t *>(k.offsets.data + k.offsets.len)
+    for c in range(ncols):
+        o[c] = base + name_end[c + 1]
+    k.data.len += total
+    k.offsets.len += 4 * ncols
+    k.length += ncols
+    return 0
+
+
+cdef inline int map_end_row(MapB *mb, bint valid) noexcept nogil:
+    cdef int32_t end = <int32_t>(mb.keys.length if mb.keys != NULL else 0)
+    if mb.offsets.len == 0 and map_begin(mb) < 0:
+        return -1
+    if buf_append(&mb.offsets, &end, 4) < 0 or bit_set(&mb.valid, mb.rows, valid) < 0:
+        return -1
+    mb.rows += 1
+    return 0
+
+
+cdef void map_truncate(MapB *mb, Py_ssize_t rows) noexcept nogil:
+    """Drop rows >= rows, and the entries of a row begun but not ended."""
+    cdef int32_t end = 0
+    if rows > mb.rows:
+        return
+    if mb.offsets.len >= 4 * (rows + 1):
+        memcpy(&end, mb.offsets.data + 4 * rows, 4)
+        mb.offsets.len = 4 * (rows + 1)
+    if mb.keys != NULL:
+        col_truncate(mb.keys, end)
+    if mb.values != NULL:
+        col_truncate(mb.values, end)
+    mb.valid.len = (rows + 7) >> 3
+    mb.rows = rows
+
+
+cdef int map_split(MapB *mb, Py_ssize_t n, MapB *t) noexcept nogil:
+    """Move rows [n, rows) of mb into the empty MapB t."""
+    cdef int32_t base, end
+    if offsets_split(&mb.offsets, n, mb.rows, &t.offsets, &base, &end) < 0:
+        return -1
+    if mb.keys != NULL:
+        t.keys = col_split(mb.keys, base)
+        if t.keys == NULL:
+            return -1
+    if mb.values != NULL:
+        t.values = col_split(mb.values, base)
+        if t.values == NULL:
+            return -1
+    if bits_split(&mb.valid, n, mb.rows - n, &t.valid) < 0:
+        return -1
+    t.rows = mb.rows - n
+    mb.rows = n
+    return 0
+
+
+cdef void map_free(MapB *mb) noexcept nogil:
+    buf_free(&mb.offsets); buf_free(&mb.valid)
+    col_free(mb.keys)
+    col_free(mb.values)
+    mb.keys = NULL
+    mb.values = NULL
+    mb.rows = 0
+
+
+cdef object MAP_TYPE = pa.map_(pa.string(), pa.string())
+
+
+cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
+    """pa.string() array of values[ids[i]] for i < n (null where ids[i] < 0), written
+    here, a run of equal ids at a time, where pyarrow's take checks bounds and runs a
+    kernel (it was about a tenth of a change-event table's decode)."""
+    cdef Py_ssize_t nv = len(values), i, r, q, total = 0, nulls = 0, run, filled, step, j, nruns
+    cdef int32_t k, ln, end = 0
+    cdef Buf starts, offs, data, valid, runs
+    cdef const Py_ssize_t *rs
+    cdef const int32_t *st
+    cdef const char *src
+    cdef unsigned char *d
+    cdef int32_t *o
+    memset(&starts, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
+    memset(&data, 0, sizeof(Buf)); memset(&valid, 0, sizeof(Buf)); memset(&runs, 0, sizeof(Buf))
+    encoded = [v.encode("utf-8") for v in values]
+    blob = b"".join(encoded)
+    src = PyBytes_AS_STRING(blob)
+    try:
+        if buf_reserve(&starts, 4 * (nv + 1)) < 0:
+            raise MemoryError()
+        for k in range(nv):
+            memcpy(starts.data + 4 * k, &end, 4)
+            end += <int32_t>len(encoded[k])
+        memcpy(starts.data + 4 * nv, &end, 4)
+        st = <const int32_t *>starts.data
+        # the runs of rows with one name (a change-event table's rows come in runs of
+        # one relation): where each starts, then n
+        i = 0
+        while i < n:
+            k = ids[i]
+            r = i + 1
+            while r < n and ids[r] == k:
+                r += 1
+            if buf_append8(&runs, &i) < 0:
+                raise MemoryError()
+            if k < 0:
+                nulls += r - i
+            elif k >= nv:
+                raise ValueError(f"name id {k} out of range ({nv} names)")
+            else:
+                total += <Py_ssize_t>(st[k + 1] - st[k]) * (r - i)
+            i = r
+        if buf_append8(&runs, &n) < 0:
+            raise MemoryError()
+        rs = <const Py_ssize_t *>runs.data
+        nruns = (runs.len >> 3) - 1
+        if total > 0x7FFFFFFF:
+            raise DecodeError("the change-event table holds more than 2 GiB of names in one "
+                              "batch; feed smaller batches", None, None)
+        if (buf_reserve_exact(&offs, 4 * (n + 1)) < 0 or buf_reserve_exact(&data, total + 16) < 0
+                or (nulls and buf_reserve_exact(&valid, (n + 7) >> 3) < 0)):
+            raise MemoryError()
+        if nulls:
+            memset(valid.data, 0, <size_t>((n + 7) >> 3))
+        o = <int32_t *>offs.data
+        d = data.data
+        end = 0
+        o[0] = 0
+        for j in range(nruns):
+            # a run: the name once, then the run's bytes doubled by copies of what is
+            # written (memory speed, not a store per row), the ends a progression
+            i = rs[j]
+            r = rs[j + 1]
+            k = ids[i]
+            if k < 0:
+                for q in range(i, r):
+                    o[q + 1] = end
+                continue
+            ln = st[k + 1] - st[k]
+            run = <Py_ssize_t>ln * (r - i)
+            if ln:
+                memcpy(d + end, src + st[k], <size_t>ln)
+                filled = ln
+                while filled < run:
+                    step = filled if filled <= run - filled else run - filled
+                    memcpy(d + end + filled, d + end, <size_t>step)
+                    filled += step
+            for q in range(i, r):
+                end += ln
+                o[q + 1] = end
+            if nulls:
+                for q in range(i, r):
+                    valid.data[q >> 3] |= <unsigned char>(1 << (q & 7))
+        offs.len = 4 * (n + 1)
+        data.len = end
+        valid.len = (n + 7) >> 3 if nulls else 0
+        return pa.Array.from_buffers(pa.string(), n, [_take_buf(&valid, valid.len) if nulls else None,
+                                                      _take_buf(&offs, offs.len), _take_buf(&data, end)],
+                                     nulls)
+    finally:
+        buf_free(&starts); buf_free(&offs); buf_free(&data); buf_free(&valid); buf_free(&runs)
+
+
+cdef object _kind_strings(const unsigned char *kinds, Py_ssize_t n):
+    """pa.string() of each row's old-image kind: "K" or "O" (the byte), null for 0.
+    Two passes over the kinds (their count, then the strings), no temporaries."""
+    cdef Buf offs, data, valid
+    cdef Py_ssize_t i, nulls = 0, kept = 0
+    cdef int32_t end = 0
+    cdef int32_t *o
+    cdef unsigned char c, bits = 0
+    memset(&offs, 0, sizeof(Buf)); memset(&data, 0, sizeof(Buf)); memset(&valid, 0, sizeof(Buf))
+    # the data's exact size first: a block the size of every row would be trimmed to the
+    # kinds' bytes at hand-over and be too small for the next batch's reservation, which
+    # would then fault in a fresh one each time
+    for i in range(n):
+        kept += kinds[i] == TUPLE_KEY or kinds[i] == TUPLE_OLD
+    try:
+        if (buf_reserve_exact(&offs, 4 * (n + 1)) < 0 or buf_reserve_exact(&data, kept + 1) < 0
+                or buf_reserve_exact(&valid, ((n + 7) >> 3) + 1) < 0):
+            raise MemoryError()
+        o = <int32_t *>offs.data
+        o[0] = 0
+        for i in range(n):
+            c = kinds[i]
+            if c == TUPLE_KEY or c == TUPLE_OLD:
+                data.data[end] = c
+                end += 1
+                bits |= <unsigned char>(1 << (i & 7))
+            else:
+                nulls += 1
+            o[i + 1] = end
+            if (i & 7) == 7:
+                valid.data[i >> 3] = bits
+                bits = 0
+        if n & 7:
+            valid.data[n >> 3] = bits
+        offs.len = 4 * (n + 1)
+        data.len = end
+        valid.len = (n + 7) >> 3
+        return pa.Array.from_buffers(pa.string(), n, [_take_buf(&valid, (n + 7) >> 3) if nulls else None,
+                                                      _take_buf(&offs, 4 * (n + 1)), _take_buf(&data, end)],
+                                     nulls)
+    finally:
+        buf_free(&offs); buf_free(&data); buf_free(&valid)
+
+
+cdef object _strings_by_id_np(list values, object ids):
+    """_strings_by_id over an int32 numpy array."""
+    cdef const int32_t[::1] v = np.ascontiguousarray(ids, np.int32)
+    if v.shape[0] == 0:
+        return pa.array([], pa.string())
+    return _strings_by_id(values, &v[0], v.shape[0])
+
+
+cdef object map_export(MapB *mb):
+    cdef Py_ssize_t n = mb.rows
+    if map_begin(mb) < 0:
+        raise MemoryError()
+    keys = col_export(mb.keys, pa.string())
+    values = col_export(mb.values, pa.string())
+    entries = pa.StructArray.from_arrays([keys, values], fields=[MAP_TYPE.key_field, MAP_TYPE.item_field])
+    nulls = _popcount_zero_bits(&mb.valid, n) if mb.valid.len >= (n + 7) >> 3 else -1
+    if nulls < 0:
+        raise AssertionError("map validity shorter than its rows")
+    validity = _take_buf(&mb.valid, (n + 7) >> 3) if nulls else None
+    mb.valid.len = 0                      # (kept for the next rows when not handed over)
+    offsets = _take_buf(&mb.offsets, 4 * (n + 1))
+    mb.rows = 0
+    return pa.Array.from_buffers(MAP_TYPE, n, [validity, offsets], nulls, children=[entries])
+
+
+# -- the change-event table's buffers ----------------------------------------------

@@ -1,0 +1,563 @@
+# Typed column builders per relation version (RelBuilders): new image, old image
+# (_before), metadata; the transaction watermark (commit / rollback / cut / adopt) and
+# the export to an Arrow table, with the _spread* helpers that place the sparse _before
+# rows of a table.
+
+# -- per relation version: typed builders ------------------------------------------
+
+cdef Py_ssize_t col_nbytes(const Column *c) noexcept nogil:
+    """Bytes a column's rows hold (its element column's too)."""
+    cdef Py_ssize_t n = 0
+    while c != NULL:
+        n += c.data.len + c.offsets.len + c.validity.len + c.toast.len
+        c = c.child
+    return n
+
+
+@cython.final
+cdef class RelBuilders:
+    """Typed column builders of one relation version (new image, old image, metadata)."""
+    cdef readonly object version       # catalog.RelationVersion
+    cdef readonly int id
+    cdef uint32_t relid
+    cdef int ncols
+    cdef Column **cols                 # new image (old image for deletes)
+    cdef Column **before               # old images, dense over rows that have one
+    cdef Buf before_rows               # int32: main row index of each old image
+    cdef Buf before_kind               # 1 byte per old image: K / O
+    cdef Py_ssize_t nbefore
+    cdef int32_t *name_ids
+    cdef unsigned char *names          # the columns' names, UTF-8, end to end (+ 8 zero bytes)
+    cdef int32_t *name_end             # ncols + 1: names[name_end[i]:name_end[i + 1]] is column i's
+    cdef FmtMemo *fmemo                # per column: the change-event table's date / hour text
+    cdef unsigned char *is_key
+    cdef unsigned char *any_binary_committed   # per column: a committed 'b' value (unknown types)
+    cdef int32_t *ctype                # per column: kind, precision, scale, elem_kind (C copy)
+    cdef Meta meta
+    cdef Py_ssize_t committed          # rows of committed transactions
+    cdef Py_ssize_t committed_before
+    cdef list specials                 # [(row, col, is_before, format, bytes)]
+    cdef object col_types
+    cdef bint dirty                    # touched by the open transaction
+    cdef bint fixed_types              # every column's Arrow type is known up front (none
+                                       # waits on whether a value comes in binary)
+
+    def __dealloc__(self):
+        cdef int i
+        if self.cols != NULL:
+            for i in range(self.ncols):
+                col_free(self.cols[i])
+            free(self.cols)
+        if self.before != NULL:
+            for i in range(self.ncols):
+                col_free(self.before[i])
+            free(self.before)
+        free(self.name_ids)
+        free(self.names)
+        free(self.name_end)
+        free(self.fmemo)
+        free(self.is_key)
+        free(self.any_binary_committed)
+        free(self.ctype)
+        buf_free(&self.before_rows)
+        buf_free(&self.before_kind)
+        meta_free(&self.meta)
+
+    cdef Column **_alloc_cols(self) except NULL:
+        cdef Column **cols = <Column **>malloc(sizeof(Column *) * (self.ncols if self.ncols else 1))
+        cdef int i
+        if cols == NULL:
+            raise MemoryError()
+        for i in range(self.ncols):
+            ct = self.col_types[i]
+            cols[i] = column_for_type(ct.kind, ct.precision, ct.scale, ct.elem_kind,
+                                      ct.elem_precision, ct.elem_scale)
+            if cols[i] == NULL:
+                raise MemoryError()
+        return cols
+
+    cdef int init(self, object version, int rb_id, list name_ids) except -1:
+        cdef int i
+        cdef bytes blob
+        self.version = version
+        self.id = rb_id
+        self.relid = version.relid
+        self.col_types = version.column_types
+        self.ncols = len(version.columns)
+        encoded = [c.name.encode("utf-8") for c in version.columns]
+        blob = b"".join(encoded)
+        if len(blob) > 0x7FFFFFFF:
+            raise ValueError("column names longer than 2 GiB")
+        self.name_ids = <int32_t *>malloc(sizeof(int32_t) * (self.ncols + 1))
+        self.names = <unsigned char *>calloc(len(blob) + 8, 1)
+        self.name_end = <int32_t *>malloc(sizeof(int32_t) * (self.ncols + 1))
+        self.fmemo = <FmtMemo *>malloc(sizeof(FmtMemo) * (self.ncols + 1))
+        self.is_key = <unsigned char *>malloc(self.ncols + 1)
+        self.any_binary_committed = <unsigned char *>calloc(self.ncols + 1, 1)
+        self.ctype = <int32_t *>calloc(4 * self.ncols + 4, sizeof(int32_t))
+        if (self.name_ids == NULL or self.names == NULL or self.name_end == NULL or self.fmemo == NULL
+                or self.is_key == NULL or self.any_binary_committed == NULL or self.ctype == NULL):
+            raise MemoryError()
+        if len(blob):
+            memcpy(self.names, PyBytes_AS_STRING(blob), len(blob))
+        self.name_end[0] = 0
+        for i in range(self.ncols):
+            self.name_end[i + 1] = self.name_end[i] + <int32_t>len(encoded[i])
+            fmt_memo_init(&self.fmemo[i])
+        for i in range(self.ncols):
+            ct = self.col_types[i]
+            self.ctype[4 * i] = ct.kind
+            self.ctype[4 * i + 1] = ct.precision
+            self.ctype[4 * i + 2] = ct.scale
+            self.ctype[4 * i + 3] = ct.elem_kind
+            self.name_ids[i] = name_ids[i]
+            self.is_key[i] = version.columns[i].flags & 1
+        self.cols = self._alloc_cols()
+        self.specials = []
+        self.fixed_types = all(ct.arrow_type(False) == ct.arrow_type(True) for ct in self.col_types)
+        return 0
+
+    cdef RelBuilders side_copy(self):
+        """Empty builders of the same relation version and id, for the typed rows a
+        streamed or prepared transaction writes on arrival (Spool.tb): dirty from the
+        start, so that no commit or rollback of the decoder's own builders touches them."""
+        cdef RelBuilders rb = RelBuilders.__new__(RelBuilders)
+        rb.init(self.version, self.id, [self.name_ids[i] for i in range(self.ncols)])
+        rb.dirty = True
+        return rb
+
+    cdef Py_ssize_t nbytes(self) noexcept:
+        """Bytes the rows hold (what counts against max_pending_bytes)."""
+        cdef Py_ssize_t n = meta_nbytes(&self.meta) + self.before_rows.len + self.before_kind.len
+        cdef int i
+        for i in range(self.ncols):
+            n += col_nbytes(self.cols[i])
+            if self.before != NULL:
+                n += col_nbytes(self.before[i])
+        return n
+
+    cdef void cut(self, Py_ssize_t rows) noexcept:
+        """Keep the first `rows` rows (their old images, specials and metadata)."""
+        cdef const int32_t *at = <const int32_t *>self.before_rows.data
+        cdef Py_ssize_t nb = self.nbefore
+        cdef int i
+        while nb > 0 and at[nb - 1] >= rows:
+            nb -= 1
+        self.committed = rows
+        self.committed_before = nb
+        self.rollback()
+        self.dirty = True
+        if rows == 0:
+            # (empty: no TOAST marks left, so the next rows may take the column pass)
+            for i in range(self.ncols):
+                self.cols[i].any_toast = False
+                self.cols[i].toast.len = 0
+                if self.before != NULL:
+                    self.before[i].any_toast = False
+                    self.before[i].toast.len = 0
+
+    cdef int adopt(self, RelBuilders src, const Ctx *ctx) noexcept:
+        """Append src's rows (builders of the same relation version: Spool.tb) with ctx's
+        commit LSN, commit time, xid and origin (their lsn, seq and values as written),
+        but not its specials (the caller's: a Python list). 0; -1 no memory (or no old
+        image columns: ensure_before first), -2 past int32 offsets: then the caller rolls
+        these builders back (they held only committed rows)."""
+        cdef Py_ssize_t n = src.meta.rows, base = self.meta.rows, r, nb = src.nbefore
+        cdef Meta *m = &self.meta
+        cdef int32_t *rows
+        cdef int i, rc
+        if n == 0:
+            return 0
+        for i in range(self.ncols):
+            rc = col_append(self.cols[i], src.cols[i])
+            if rc < 0:
+                return rc
+        if nb:
+            if self.before == NULL:
+                return -1                    # (the caller's ensure_before)
+            for i in range(self.ncols):
+                rc = col_append(self.before[i], src.before[i])
+                if rc < 0:
+                    return rc
+            if buf_reserve(&self.before_rows, 4 * nb) < 0 or buf_append(
+                    &self.before_kind, src.before_kind.data, nb) < 0:
+                return -1
+            rows = <int32_t *>(self.before_rows.data + self.before_rows.len)
+            memcpy(rows, src.before_rows.data, <size_t>(4 * nb))
+            for r in range(nb):
+                rows[r] += <int32_t>base
+            self.before_rows.len += 4 * nb
+            self.nbefore += nb
+        if meta_reserve(m, n) < 0:
+            return -1
+        meta_put_kept(m, &src.meta, n, ctx)
+        return 0
+
+    cdef int ensure_before(self) except -1:
+        if self.before == NULL:
+            self.before = self._alloc_cols()
+        return 0
+
+    cdef void rollback(self) noexcept:
+        cdef int i
+        for i in range(self.ncols):
+            col_truncate(self.cols[i], self.committed)
+        if self.before != NULL:
+            for i in range(self.ncols):
+                col_truncate(self.before[i], self.committed_before)
+        self.before_rows.len = 4 * self.committed_before
+        self.before_kind.len = self.committed_before
+        self.nbefore = self.committed_before
+        meta_truncate(&self.meta, self.committed)
+        # specials are appended in row order (old-image ones at their main row)
+        while self.specials and self.specials[len(self.specials) - 1][0] >= self.committed:
+            self.specials.pop()
+        for i in range(self.ncols):
+            # the columns' flags cover only the rows since the last commit
+            self.cols[i].any_binary = False
+            if self.before != NULL:
+                self.before[i].any_binary = False
+        self.dirty = False
+
+    cdef void commit(self) noexcept:
+        cdef int i
+        self.committed = self.meta.rows
+        self.committed_before = self.nbefore
+        for i in range(self.ncols):
+            if self.cols[i].any_binary or (self.before != NULL and self.before[i].any_binary):
+                self.any_binary_committed[i] = 1
+            # from here the columns' flags cover only the rows of the next transaction, so
+            # an export that splits off an open transaction carries only its own flags
+            self.cols[i].any_binary = False
+            if self.before != NULL:
+                self.before[i].any_binary = False
+        self.dirty = False
+
+    cdef object export(self, DecoderCore core):
+        """pa.Table of the committed rows; the rows of a transaction still open stay."""
+        cdef Column **tail = NULL
+        cdef Column **tail_before = NULL
+        cdef Meta tail_meta
+        cdef Buf tail_rows, tail_kind
+        cdef int32_t *rowp
+        cdef Py_ssize_t keep = self.meta.rows - self.committed
+        cdef Py_ssize_t keep_before = self.nbefore - self.committed_before
+        cdef Py_ssize_t j
+        cdef int i
+        if keep == 0:
+            return self._export(core)
+        memset(&tail_meta, 0, sizeof(Meta))
+        memset(&tail_rows, 0, sizeof(Buf))
+        memset(&tail_kind, 0, sizeof(Buf))
+        tail = <Column **>calloc(self.ncols + 1, sizeof(Column *))
+        if tail == NULL:
+            raise MemoryError()
+        try:
+            for i in range(self.ncols):
+                tail[i] = col_split(self.cols[i], self.committed)
+                if tail[i] == NULL:
+                    raise MemoryError()
+            if self.before != NULL:
+                tail_before = <Column **>calloc(self.ncols + 1, sizeof(Column *))
+                if tail_before == NULL:
+                    raise MemoryError()
+                for i in range(self.ncols):
+                    tail_before[i] = col_split(self.before[i], self.committed_before)
+                    if tail_before[i] == NULL:
+                        raise MemoryError()
+            if (meta_split(&self.meta, self.committed, &tail_meta) < 0
+                    or buf_split(&self.before_rows, 4 * self.committed_before, &tail_rows) < 0
+                    or buf_split(&self.before_kind, self.committed_before, &tail_kind) < 0):
+                raise MemoryError()
+        except BaseException:
+            for i in range(self.ncols):
+                col_free(tail[i])
+                if tail_before != NULL:
+                    col_free(tail_before[i])
+            free(tail)
+            free(tail_before)
+            meta_free(&tail_meta)
+            buf_free(&tail_rows)
+            buf_free(&tail_kind)
+            raise
+        rowp = <int32_t *>tail_rows.data
+        for j in range(keep_before):
+            rowp[j] -= <int32_t>self.committed
+        tail_specials = [(s[0] - self.committed,) + s[1:] for s in self.specials if s[0] >= self.committed]
+        self.specials = [s for s in self.specials if s[0] < self.committed]
+        self.nbefore = self.committed_before
+        table = self._export(core)
+        # the open transaction's rows become the whole content of the builders
+        for i in range(self.ncols):
+            col_free(self.cols[i])
+            self.cols[i] = tail[i]
+        free(tail)
+        if tail_before != NULL:
+            for i in range(self.ncols):
+                col_free(self.before[i])
+                self.before[i] = tail_before[i]
+            free(tail_before)
+        meta_free(&self.meta)
+        self.meta = tail_meta
+        buf_free(&self.before_rows)
+        self.before_rows = tail_rows
+        buf_free(&self.before_kind)
+        self.before_kind = tail_kind
+        self.nbefore = keep_before
+        self.specials = tail_specials
+        return table
+
+    cdef object _export(self, DecoderCore core):
+        """pa.Table of all rows (all committed); builders are left empty."""
+        cdef Py_ssize_t n = self.meta.rows
+        cdef int i
+        cdef list names = list(self.version.column_names)
+        cdef list arrays = []
+        cdef list fields = []
+        binary_unknown = core.binary_unknown
+        toast_masks = []
+        special = export_specials_column(core, self, n)
+        meta = meta_export(&self.meta, core.origins, "_")
+        for key in ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_origin"):
+            arrays.append(meta[key])
+            fields.append(pa.field(key, meta[key].type, nullable=(key in ("_lsn", "_origin"))))
+        for i in range(self.ncols):
+            mask = col_export_toast_mask(self.cols[i])
+            if mask is not None:
+                toast_masks.append((i, mask))
+            t = self.col_types[i].arrow_type(binary_unknown or self.any_binary_committed[i])
+            self.any_binary_committed[i] = 0
+            if self.before != NULL:
+                self.before[i].any_binary = False
+            arr = col_export(self.cols[i], t)
+            arrays.append(arr)
+            fields.append(pa.field(names[i], arr.type))
+        # _before: struct of the typed fields, null where no old tuple was sent
+        struct_fields = fields[7:]
+        m = self.nbefore
+        if self.before != NULL and m:
+            children = []
+            for i in range(self.ncols):
+                children.append(col_export(self.before[i], struct_fields[i].type).cast(struct_fields[i].type))
+            dense = pa.StructArray.from_arrays(children, fields=struct_fields) if self.ncols else \
+                pa.array([{}] * m, pa.struct([]))
+            rows_buf = _take_buf(&self.before_rows, 4 * m)     # row index of each old image
+            kinds = _take_buf(&self.before_kind, m)
+            rows = <const int32_t *><size_t>rows_buf.address
+            before = _spread_struct(dense, rows, m, n) if _rows_ascending(rows, m, n) else None
+            if before is not None:
+                before_kind = _spread_kinds(kinds, rows, m, n)
+            else:                        # (a type _spread does not lay out)
+                idx = np.full(n, -1, dtype=np.int32)
+                idx[np.frombuffer(rows_buf, np.int32)] = np.arange(m, dtype=np.int32)
+                before = dense.take(pa.array(idx, mask=(idx < 0)))
+                kind_idx = np.full(n, -1, dtype=np.int32)
+                kind_idx[np.frombuffer(rows_buf, np.int32)] = (
+                    np.frombuffer(kinds, np.uint8) == 79).astype(np.int32)  # 0 = K, 1 = O
+                before_kind = pa.array(["K", "O"], pa.string()).take(
+                    pa.array(kind_idx, mask=(kind_idx < 0)))
+        else:
+            if self.before != NULL:
+                for i in range(self.ncols):
+                    col_truncate(self.before[i], 0)
+            before = _null_array(pa.struct(struct_fields), n)
+            before_kind = _null_array(pa.string(), n)
+        self.nbefore = 0
+        self.before_rows.len = 0
+        self.before_kind.len = 0
+        arrays.append(before)
+        fields.append(pa.field("_before", before.type))
+        arrays.append(before_kind)
+        fields.append(pa.field("_before_kind", pa.string()))
+        toast = _toast_lists(n, toast_masks, names)
+        arrays.append(toast)
+        fields.append(pa.field("_unchanged_toast", toast.type))
+        arrays.append(special)
+        fields.append(pa.field("_special", special.type))
+        self.specials = []
+        self.committed = 0
+        self.committed_before = 0
+        v = self.version
+        md = {b"pgoutput_fast.relid": str(v.relid).encode(),
+              b"pgoutput_fast.version": str(v.version).encode(),
+              b"pgoutput_fast.from_lsn": str(v.from_lsn).encode(),
+              b"pgoutput_fast.key_columns": ",".join(v.key_columns).encode("utf-8", "surrogateescape"),
+              b"pgoutput_fast.replident": v.replident.encode()}
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=md))
+
+
+# -- _before: the dense old images spread over all rows ------------------------------
+# An old image is kept for the rows that have one only (m of n, rows ascending); the
+# table's _before is n rows long, null elsewhere. Spreading the dense children's Arrow
+# buffers here (offsets rebuilt, var-len bytes and list children shared as they are)
+# costs a pass over n rows and writes into blocks of the buffer cache, where Arrow's
+# take would gather through an index array into fresh memory.
+
+cdef int _spread_validity(Buf *out, const unsigned char *src_valid, const int32_t *rows,
+                          Py_ssize_t m, Py_ssize_t n, Py_ssize_t *valid_count) noexcept nogil:
+    """n-bit bitmap: bit rows[j] = (dense row j is valid). 0, or -1 out of memory."""
+    cdef Py_ssize_t nbytes = (n + 7) >> 3, j, r, count = 0
+    out.len = 0
+    if buf_reserve(out, nbytes) < 0:
+        return -1
+    memset(out.data, 0, <size_t>nbytes)
+    out.len = nbytes
+    for j in range(m):
+        if src_valid == NULL or (src_valid[j >> 3] >> (j & 7)) & 1:
+            r = rows[j]
+            out.data[r >> 3] |= <unsigned char>(1 << (r & 7))
+            count += 1
+    valid_count[0] = count
+    return 0
+
+
+cdef object _spread(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t n):
+    """The n-row array with dense[j] at row rows[j] and nulls elsewhere; None for a
+    layout not handled here (the caller takes the general path)."""
+    cdef Buf valid, data, offs
+    cdef Py_ssize_t count = 0, j, r, w
+    cdef const unsigned char *src_valid = NULL
+    cdef const unsigned char *src
+    cdef const int32_t *src_off
+    cdef int32_t *off
+    cdef int32_t cur
+    t = dense.type
+    if dense.offset != 0 or len(dense) != m:
+        return None
+    if m and dense.null_count == m:     # (a field a key image leaves out)
+        return _null_array(t, n)
+    bufs = dense.buffers()
+    memset(&valid, 0, sizeof(Buf)); memset(&data, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
+    if bufs[0] is not None and dense.null_count:
+        src_valid = <const unsigned char *><size_t>bufs[0].address
+    try:
+        if _spread_validity(&valid, src_valid, rows, m, n, &count) < 0:
+            raise MemoryError()
+        if pa.types.is_boolean(t):
+            src = <const unsigned char *><size_t>bufs[1].address
+            if _spread_validity(&data, src, rows, m, n, &j) < 0:    # the value bits, spread
+                raise MemoryError()
+            values = [_take_buf(&data, (n + 7) >> 3)]
+            children = None
+        elif (pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_list(t)) and not (
+                pa.types.is_large_string(t) or pa.types.is_large_binary(t)):
+            src_off = <const int32_t *><size_t>bufs[1].address
+            if buf_reserve_exact(&offs, 4 * (n + 1)) < 0:
+                raise MemoryError()
+            off = <int32_t *>offs.data
+            cur = src_off[0]
+            j = 0
+            for r in range(n):
+                off[r] = cur
+                if j < m and rows[j] == r:
+                    cur = src_off[j + 1]
+                    j += 1
+            off[n] = cur
+            offs.len = 4 * (n + 1)
+            if pa.types.is_list(t):
+                values = [_take_buf(&offs, 4 * (n + 1))]
+                children = [dense.values]
+            else:
+                values = [_take_buf(&offs, 4 * (n + 1)),
+                          bufs[2] if bufs[2] is not None else pa.py_buffer(b"")]
+                children = None
+        else:
+            try:
+                w = t.bit_width
+            except ValueError:
+                return None
+            if w % 8 or w == 0 or pa.types.is_nested(t) or pa.types.is_dictionary(t) \
+                    or len(bufs) != 2:
+                return None
+            w //= 8
+            src = <const unsigned char *><size_t>bufs[1].address
+            if buf_reserve_exact(&data, n * w) < 0:
+                raise MemoryError()
+            memset(data.data, 0, <size_t>(n * w))
+            if w == 8:
+                for j in range(m):
+                    memcpy(data.data + <Py_ssize_t>rows[j] * 8, src + j * 8, 8)
+            elif w == 4:
+                for j in range(m):
+                    memcpy(data.data + <Py_ssize_t>rows[j] * 4, src + j * 4, 4)
+            elif w == 16:
+                for j in range(m):
+                    memcpy(data.data + <Py_ssize_t>rows[j] * 16, src + j * 16, 16)
+            else:
+                for j in range(m):
+                    memcpy(data.data + <Py_ssize_t>rows[j] * w, src + j * w, <size_t>w)
+            data.len = n * w
+            values = [_take_buf(&data, n * w)]
+            children = None
+        nulls = n - count
+        vbuf = _take_buf(&valid, (n + 7) >> 3) if nulls else None
+        return pa.Array.from_buffers(t, n, [vbuf] + values, nulls, children=children)
+    finally:
+        buf_free(&valid); buf_free(&data); buf_free(&offs)
+
+
+cdef bint _rows_ascending(const int32_t *rows, Py_ssize_t m, Py_ssize_t n) noexcept nogil:
+    """The old images' row indexes rise strictly and stay below n (what _spread needs)."""
+    cdef Py_ssize_t j
+    for j in range(m):
+        if rows[j] < 0 or rows[j] >= n or (j and rows[j] <= rows[j - 1]):
+            return False
+    return True
+
+
+cdef object _spread_struct(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t n):
+    """_before: the dense struct of old images spread over n rows (None: not handled)."""
+    cdef Buf valid
+    cdef Py_ssize_t count = 0
+    children = []
+    for child in dense.flatten():
+        spread = _spread(child, rows, m, n)
+        if spread is None:
+            return None
+        children.append(spread)
+    memset(&valid, 0, sizeof(Buf))
+    try:
+        if _spread_validity(&valid, NULL, rows, m, n, &count) < 0:
+            raise MemoryError()
+        vbuf = _take_buf(&valid, (n + 7) >> 3) if n - m else None
+    finally:
+        buf_free(&valid)
+    return pa.Array.from_buffers(dense.type, n, [vbuf], n - m, children=children)
+
+
+cdef object _spread_kinds(object kinds, const int32_t *rows, Py_ssize_t m, Py_ssize_t n):
+    """_before_kind: 'K' / 'O' (the m kind bytes, as they are) at the rows with an old
+    image, null elsewhere."""
+    cdef Buf valid, offs
+    cdef Py_ssize_t count = 0, j = 0, r
+    cdef int32_t *off
+    memset(&valid, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
+    try:
+        if _spread_validity(&valid, NULL, rows, m, n, &count) < 0 or buf_reserve_exact(&offs, 4 * (n + 1)) < 0:
+            raise MemoryError()
+        off = <int32_t *>offs.data
+        for r in range(n):
+            off[r] = <int32_t>j
+            if j < m and rows[j] == r:
+                j += 1
+        off[n] = <int32_t>j
+        offs.len = 4 * (n + 1)
+        vbuf = _take_buf(&valid, (n + 7) >> 3) if n - m else None
+        return pa.Array.from_buffers(pa.string(), n, [vbuf, _take_buf(&offs, 4 * (n + 1)), kinds], n - m)
+    finally:
+        buf_free(&valid); buf_free(&offs)
+
+
+cdef object _toast_lists(Py_ssize_t n, list masks, list names):
+    """list<string> per row: names of the columns sent as unchanged TOAST."""
+    if not masks:
+        return pa.Array.from_buffers(pa.list_(pa.string()), n,
+                                     [None, _zeros(4 * (n + 1))], 0,
+                                     children=[pa.array([], pa.string())])
+    mat = np.stack([m.to_numpy(zero_copy_only=False) for _, m in masks], axis=1)
+    rows, cols = np.nonzero(mat)
+    colnames = pa.array([names[i] for i, _ in masks], pa.string())
+    counts = mat.sum(axis=1).astype(np.int32)
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), colnames.take(pa.array(cols.astype(np.int32))))
