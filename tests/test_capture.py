@@ -28,9 +28,10 @@ import pytest
 import pgoutput_fast
 from pgoutput_fast import capture
 from pgoutput_fast.capture import CaptureConfig, CaptureState, TransactionTracker
-from pgoutput_fast.testing import sqlcapture, workload
-from pgoutput_fast.testing.childenv import sanitizer_preloaded
-from pgoutput_fast.testing.postgres import find_bindir
+from pgoutput_fast import sqlcapture
+from pgoutput_fast.demo import workload
+from pgoutput_fast.childenv import sanitizer_preloaded
+from pgoutput_fast.local_server import find_bindir
 
 SCHEMA = "pgo_cap"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,7 +56,7 @@ def _slot(proto, binary):
 
 def _make_world(pg, protos):
     """One workload, one slot per variant (created before it), PostgreSQL's rows after."""
-    from pgoutput_fast.testing.groundtruth import PgCatalog, published_tables, table_truth
+    from pgoutput_fast.demo.truth import PgCatalog, published_tables, table_truth
 
     conn = pg.connect()
     pub = workload.create_schema(conn, SCHEMA)
@@ -435,7 +436,7 @@ def test_keepalive_idle_and_busy_writer(pg_server, tmp_path):
 def _durable_ahead(line):
     import json
 
-    from pgoutput_fast.testing.sqlcapture import parse_pg_lsn
+    from pgoutput_fast.sqlcapture import parse_pg_lsn
 
     try:
         rec = json.loads(line)
@@ -604,7 +605,7 @@ def test_postgres_restart_mid_capture(tmp_path, mode):
     """PostgreSQL itself restarts (a clean shutdown, and a crash) while capture runs: it
     reconnects with backoff and continues; every committed row exactly once."""
     _need_server()
-    from pgoutput_fast.testing.postgres import PostgresServer
+    from pgoutput_fast.local_server import PostgresServer
 
     # crash-safe settings: the harness default (fsync, synchronous_commit off) lets an
     # immediate shutdown lose acknowledged commits in PostgreSQL itself

@@ -36,7 +36,8 @@ import pytest
 import pgoutput_fast
 from pgoutput_fast import capture
 from pgoutput_fast.capture import SegmentError
-from pgoutput_fast.testing import sqlcapture, workload
+from pgoutput_fast import sqlcapture
+from pgoutput_fast.demo import workload
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = "pgo_dur"

@@ -31,8 +31,9 @@ import pgoutput_fast
 from pgoutput_fast.capture import stream as stream_mod
 from pgoutput_fast.capture.columns import MessageColumns as PyColumns
 from pgoutput_fast.capture.stream import INSIDE_TYPES, ConnectionLost, ReplicationStream
-from pgoutput_fast.testing import sqlcapture, workload
-from pgoutput_fast.testing.postgres import find_bindir
+from pgoutput_fast import sqlcapture
+from pgoutput_fast.demo import workload
+from pgoutput_fast.local_server import find_bindir
 
 native = pytest.importorskip("pgoutput_fast._native")
 NativeColumns = native.MessageColumns

@@ -1,6 +1,6 @@
 """Ground truth: decoded changes replayed into a TableImage equal PostgreSQL's own tables.
 
-One private PostgreSQL runs the workloads of ``pgoutput_fast.testing.workload`` (every
+One private PostgreSQL runs the workloads of ``pgoutput_fast.demo.workload`` (every
 type with its special values, all replica identities, TOAST, truncates, a schema change
 mid-stream, an origin, logical messages, streamed transactions with savepoint rollbacks
 and aborts, two-phase commit). The changes are captured with
@@ -40,12 +40,12 @@ import pyarrow as pa
 import pytest
 
 import pgoutput_fast
-from pgoutput_fast.testing import sqlcapture, workload
-from pgoutput_fast.testing.groundtruth import PgCatalog, TableTruth, published_tables, table_truth
-from pgoutput_fast.testing.image import (
-    META_COLUMNS, TRAILING_COLUMNS, ImageError, TableImage, column_values, freeze,
-)
-from pgoutput_fast.testing.postgres import find_bindir
+from pgoutput_fast import sqlcapture
+from pgoutput_fast.demo import workload
+from pgoutput_fast.demo.truth import PgCatalog, TableTruth, published_tables, table_truth
+from pgoutput_fast.arrow_values import column_values, freeze
+from pgoutput_fast.demo.image import META_COLUMNS, TRAILING_COLUMNS, ImageError, TableImage
+from pgoutput_fast.local_server import find_bindir
 
 SCHEMA = "pgo_dpg"
 SLOT_PLAIN = "pgo_dpg_plain"
@@ -86,7 +86,7 @@ MODE_PAIRS = [("v1-text", "v1-binary"), ("v2-text", "v2-binary"), ("v3-text", "v
 # ground truth: PostgreSQL's catalog and SELECT *
 # ======================================================================================
 
-# Ground truth lives in pgoutput_fast.testing.groundtruth (shared with the demo):
+# Ground truth lives in pgoutput_fast.demo.truth (shared with the demo):
 # PgCatalog maps PostgreSQL's catalog to the documented Arrow types independently of
 # types.py; table_truth() reads each table's rows with exact SQL expressions.
 PgTable = TableTruth

@@ -18,8 +18,8 @@ import pytest
 import pgoutput_fast
 from pgoutput_fast import cli, demo
 from pgoutput_fast.framing import read_capture
-from pgoutput_fast.testing import workload
-from pgoutput_fast.testing.postgres import find_bindir
+from pgoutput_fast.demo import workload
+from pgoutput_fast.local_server import find_bindir
 
 from conftest import load_fixture
 
@@ -159,7 +159,7 @@ def test_demo_keeps_foreign_schema(pg_server, capsys):
 @pytest.mark.postgres
 def test_demo_needs_wal_level_logical(capsys):
     _need_server()
-    from pgoutput_fast.testing.postgres import PostgresServer
+    from pgoutput_fast.local_server import PostgresServer
 
     with PostgresServer(extra_conf={"wal_level": "replica"}) as pg:
         status = cli.main(["demo", "--dsn", pg.dsn()])
@@ -180,7 +180,7 @@ def test_demo_fixtures_fallback(capsys):
 
 def test_demo_without_server_or_fixtures(monkeypatch, tmp_path, capsys):
     """An installed wheel has no tests/fixtures: without a server the demo says so clearly."""
-    import pgoutput_fast.testing.postgres as postgres
+    import pgoutput_fast.local_server as postgres
 
     monkeypatch.delenv("PGOUTPUT_FAST_PG_BIN", raising=False)
     monkeypatch.setattr(postgres, "find_bindir", lambda required=True: None)

@@ -1,7 +1,7 @@
 """The real-PostgreSQL test harness itself, and the committed capture fixtures.
 
 Server tests are marked ``postgres`` and are skipped when no PostgreSQL server binaries
-can be found (see ``pgoutput_fast.testing.postgres.find_bindir``).
+can be found (see ``pgoutput_fast.local_server.find_bindir``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import os
 import pytest
 
 from pgoutput_fast.framing import read_framed
-from pgoutput_fast.testing import sqlcapture, workload
-from pgoutput_fast.testing.postgres import PostgresServer, find_bindir
+from pgoutput_fast import sqlcapture
+from pgoutput_fast.demo import workload
+from pgoutput_fast.local_server import PostgresServer, find_bindir
 
 FIXTURES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 ALL_TYPES = "BCORYIUDTMSEcAbPKrp"
@@ -56,7 +57,7 @@ def test_find_bindir_by_version(pg, pg_server_16):
     """``bindir_version`` reads ``postgres --version``; ``find_bindir(min_version=...)``
     takes the first server that is new enough (the protocol 4 tests' 16+ server), and
     says what it looked at when there is none."""
-    from pgoutput_fast.testing.postgres import bindir_version
+    from pgoutput_fast.local_server import bindir_version
 
     assert bindir_version(pg.bindir) // 100 == pg.version_num // 100
     d16 = find_bindir(min_version=160000)
@@ -156,7 +157,7 @@ def test_child_env_strips_only_the_sanitizer(monkeypatch):
     import subprocess
     import sys
 
-    from pgoutput_fast.testing.childenv import jvm_children, native_env
+    from pgoutput_fast.childenv import jvm_children, native_env
 
     rt = "/usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.asan-x86_64.so"
     env = {"LD_PRELOAD": f"{rt} /opt/libother.so", "ASAN_OPTIONS": "exitcode=86",

@@ -14,7 +14,7 @@ The workload adds ``races``: ADD COLUMN followed by two transactions committing 
 opposite order of their writes, and a streamed transaction that drops a column in its
 middle. Native implementation only (``NATIVE_ONLY``), to keep CI's time:
 
-* ``decode_udf`` over one committed message per row (``testing.msgrows``), shuffled,
+* ``decode_udf`` over one committed message per row (``tests/support/msgrows.py``), shuffled,
   text and binary: events == ``decode()``'s, typed structs == ``decode(table=)``'s;
 * ``apply_changes`` of the change-event DataFrame (binary capture) == ``SELECT *``;
 * the typed decode on **Spark Connect** (a local Connect server in a subprocess) ==
@@ -30,7 +30,8 @@ import pytest
 
 from pgoutput_fast import capture
 from pgoutput_fast.capture import CaptureConfig
-from pgoutput_fast.testing import sqlcapture, workload
+from pgoutput_fast import sqlcapture
+from pgoutput_fast.demo import workload
 
 SCHEMA = "pgo_spark"
 MODES = [pytest.param(False, id="text"), pytest.param(True, id="binary")]
@@ -44,7 +45,7 @@ NATIVE_ONLY = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def world(pg_server, tmp_path_factory):
-    from pgoutput_fast.testing.groundtruth import PgCatalog, published_tables, table_truth
+    from pgoutput_fast.demo.truth import PgCatalog, published_tables, table_truth
 
     conn = pg_server.connect()
     pub = workload.create_schema(conn, SCHEMA)
@@ -118,7 +119,7 @@ def _typed_image(collected, catalog, binary):
     """Typed tables as collected from Spark (``{name: pa.Table}``), mapped back to the
     decoder's Arrow types and replayed into a ``TableImage``."""
     from pgoutput_fast.spark import from_spark_array, typed_schema
-    from pgoutput_fast.testing.image import TableImage
+    from pgoutput_fast.demo.image import TableImage
 
     img = TableImage(_defaults())
     versions = []
@@ -150,7 +151,7 @@ def _typed_image(collected, catalog, binary):
 def test_decode_typed_equals_postgres(world, spark, binary):
     """read_segments -> build_catalog -> decode(table=...) per table == SELECT *."""
     from pgoutput_fast import demo, spark as pgs
-    from pgoutput_fast.testing.image import TableImage
+    from pgoutput_fast.demo.image import TableImage
 
     df = pgs.read_segments(spark, world["dirs"][binary])
     groups = pgs.segment_groups(world["dirs"][binary])
@@ -294,7 +295,7 @@ def test_decode_udf_rows_in_any_order(world, spark, binary):
     from pyspark.sql import functions as F
 
     from pgoutput_fast import decode_message, spark as pgs
-    from pgoutput_fast.testing.msgrows import message_rows
+    from tests.support.msgrows import message_rows
 
     src = world["dirs"][binary]
     rows_t = message_rows(src)

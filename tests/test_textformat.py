@@ -94,7 +94,7 @@ def pg_cursor(request):
     """A cursor with the session settings, on the suite's shared server (conftest's
     ``pg_server``) or, when run without that conftest, a private one."""
     pytest.importorskip("psycopg2")
-    from pgoutput_fast.testing.postgres import PostgresServer, find_bindir
+    from pgoutput_fast.local_server import PostgresServer, find_bindir
 
     if find_bindir(required=False) is None:
         pytest.skip("no PostgreSQL server binaries")

@@ -1168,7 +1168,7 @@ def test_hyp_datetime_text_fuzz(s):
 
 @pytest.fixture(scope="module")
 def pg_conn():
-    from pgoutput_fast.testing.postgres import PostgresServer, find_bindir
+    from pgoutput_fast.local_server import PostgresServer, find_bindir
 
     if find_bindir(required=False) is None:
         pytest.skip("no PostgreSQL server binaries")

@@ -88,7 +88,7 @@ def get_spark(master: str = "local[*]", app_name: str = "pgoutput_fast", *, conn
         b = b.config(k, v)
     # under a sanitizer run (scripts/sanitize.sh) the JVM starts without the preloaded
     # runtime, its Python workers with it (a JVM does not run under it)
-    from pgoutput_fast.testing.childenv import jvm_children
+    from ..childenv import jvm_children
 
     if connect:
         # a Connect client cannot change these once its server runs

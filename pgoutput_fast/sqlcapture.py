@@ -1,5 +1,8 @@
 """Capture pgoutput messages through the SQL interface (PROTOCOL.md §1.5).
 
+The demo captures this way, the benchmark corpus uses its session settings, and the
+tests and fixtures capture with it too.
+
 Each row of ``pg_logical_slot_{peek,get}_binary_changes`` is exactly one pgoutput
 message (no XLogData header). These helpers return ``[(lsn, xid, data), ...]`` with
 ``lsn`` and ``xid`` as ints and ``data`` as bytes.

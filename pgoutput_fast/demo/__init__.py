@@ -1,7 +1,7 @@
 """``pgoutput-fast demo``: PostgreSQL changes -> pgoutput -> typed Arrow tables, checked.
 
-1. Starts a private PostgreSQL (``testing.postgres.PostgresServer``), or connects to
-   ``--dsn``, and runs a workload (``testing.workload``): every supported type with its
+1. Starts a private PostgreSQL (``pgoutput_fast.local_server.PostgresServer``), or connects to
+   ``--dsn``, and runs a workload (``demo.workload``): every supported type with its
    edge values, inserts/updates/deletes under each replica identity, TOAST, TRUNCATE,
    schema changes, a replication origin, logical messages, an OLTP-like bulk load, a
    large streamed transaction with a savepoint rollback, an aborted transaction and,
@@ -12,9 +12,9 @@
 3. Decodes that file with one ``pgoutput_fast.Decoder`` (typed tables only), fed in
    several batches cut at transaction boundaries, timed with ``perf_counter`` around
    ``feed()`` alone.
-4. Replays the typed tables into a ``testing.image.TableImage`` and compares every
-   table with PostgreSQL's own rows (``testing.groundtruth``): row count, an
-   order-independent checksum of the rows' canonical values (``image.freeze``), the
+4. Replays the typed tables into a ``demo.image.TableImage`` and compares every
+   table with PostgreSQL's own rows (``demo.truth``): row count, an
+   order-independent checksum of the rows' canonical values (``arrow_values.freeze``), the
    columns and their Arrow types. Exit status 1 if any table differs.
 
 Without PostgreSQL server binaries (and no ``--dsn``), or with ``--fixtures``, it decodes
@@ -59,7 +59,7 @@ def added_column_defaults(schema):
 
 
 #: bundled captures (a source checkout only: the wheel has no tests/)
-FIXTURES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+FIXTURES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                             "tests", "fixtures")
 #: (label, text-mode capture, binary-mode capture) of the same workload
 FIXTURE_PAIRS = [
@@ -156,7 +156,7 @@ def run(args) -> int:
         if args.fixtures:
             return _run_fixtures(args, out, reason=None)
         if not args.dsn:
-            from .testing.postgres import find_bindir
+            from ..local_server import find_bindir
 
             try:
                 bindir = find_bindir(required=False)
@@ -193,7 +193,7 @@ def transaction_cuts(messages) -> list:
     ended by ``K``/``r``. A ``feed()`` that ends at such an index leaves the decoder
     holding nothing.
     """
-    from . import decode_message
+    from .. import decode_message
 
     cuts = []
     in_txn = in_block = False
@@ -261,7 +261,7 @@ class Decoded:
         import pyarrow as pa
         import pyarrow.compute  # noqa: F401  imported by the first feed() otherwise (~0.1 s, once)
 
-        from . import Decoder
+        from .. import Decoder
 
         self.n_messages = len(messages)
         self.n_bytes = sum(len(m) for m in messages)
@@ -285,7 +285,7 @@ class Decoded:
     def untyped_columns(self) -> dict:
         """``{"schema.table": {column}}`` of columns of types without a value parser:
         string in text mode, the raw binary value in binary mode."""
-        from .types import K_UNKNOWN
+        from ..types import K_UNKNOWN
 
         out = collections.defaultdict(set)
         for v in self.catalog.versions():
@@ -301,7 +301,7 @@ def replay(changesets, defaults):
     A change that does not fit (``ImageError``) is reported, and the image is then rebuilt
     leniently so that the per-table comparison still shows where the damage is.
     """
-    from .testing.image import ImageError, TableImage
+    from .image import ImageError, TableImage
 
     t0 = time.perf_counter()
     img = TableImage(defaults)
@@ -321,7 +321,7 @@ def rows_checksum(rows) -> int:
     """Order-independent checksum of rows: the sum mod 2**64 of a 64-bit BLAKE2b of each
     row's canonical form (``image.freeze``, as the image comparison uses). Equal
     multisets of rows give equal checksums; duplicates count."""
-    from .testing.image import freeze
+    from ..arrow_values import freeze
 
     return _checksum_frozen(freeze(r) for r in rows)
 
@@ -342,7 +342,7 @@ def _short(v, limit=60):
 def _diff_frozen(left, fleft, right, fright, key, what, limit=3) -> list:
     """A few readable differences between two multisets of rows (``[]`` if equal);
     ``fleft``/``fright`` are the rows' ``freeze`` forms."""
-    from .testing.image import freeze
+    from ..arrow_values import freeze
 
     cl, cr = collections.Counter(fleft), collections.Counter(fright)
     if cl == cr:
@@ -391,7 +391,7 @@ class TableResult:
     __slots__ = ("name", "left_rows", "left_sum", "right_rows", "right_sum", "problems")
 
     def __init__(self, name, left, right, problems, key=(), what=("source", "decoded")):
-        from .testing.image import freeze
+        from ..arrow_values import freeze
 
         left, right = list(left), list(right)
         fleft, fright = [freeze(r) for r in left], [freeze(r) for r in right]
@@ -467,7 +467,7 @@ def _print_typed(out, changesets, name):
     """The Arrow types of one decoded table, wrapped."""
     import textwrap
 
-    from .testing.image import META_COLUMNS, TRAILING_COLUMNS
+    from .image import META_COLUMNS, TRAILING_COLUMNS
 
     schema = None
     for cs in changesets:
@@ -558,10 +558,11 @@ def _run_server_in(args, out, workdir) -> int:
 
     import psycopg2
 
-    from .framing import read_capture, write_framed
-    from .testing import sqlcapture, workload
-    from .testing.groundtruth import PgCatalog, published_tables, table_truth
-    from .testing.postgres import PostgresServer
+    from ..framing import read_capture, write_framed
+    from .. import sqlcapture
+    from . import workload
+    from .truth import PgCatalog, published_tables, table_truth
+    from ..local_server import PostgresServer
 
     binary = not args.text
     t_start = time.perf_counter()
@@ -701,7 +702,7 @@ def _run_server_in(args, out, workdir) -> int:
     bad = _print_table(out, results, ("table", "PostgreSQL (SELECT)", right))
     print(file=out)
     print("checksum: sum mod 2^64 of BLAKE2b-64 over each row's canonical values "
-          "(testing.image.freeze); match = same columns, Arrow types and rows", file=out)
+          "(arrow_values.freeze); match = same columns, Arrow types and rows", file=out)
     ok_mark, bad_mark = _marks(out)
     if replay_error:
         print(f"{bad_mark} replay error: {replay_error}", file=out)
@@ -721,7 +722,7 @@ def write_segments(directory, messages, lsns, batches, options) -> int:
     ``(start, end)`` (cut at transaction boundaries). Returns the number of segments."""
     import pyarrow as pa
 
-    from .capture import SEGMENT_SCHEMA, write_capture
+    from ..capture import SEGMENT_SCHEMA, write_capture
 
     tables = (pa.table([pa.array(lsns[a:b], pa.int64()), pa.array(messages[a:b], pa.binary()),
                         pa.array(range(a, b), pa.int64())], schema=SEGMENT_SCHEMA)
@@ -736,8 +737,8 @@ def _spark_pipeline(args, out, workdir, messages, lsns, binary, d, truths, repla
     except ImportError:
         raise DemoError("the Spark pipeline needs pyspark: pip install 'pgoutput-fast[spark]' "
                         "(or run with --no-spark)") from None
-    from .spark import SnapshotImage, get_spark
-    from .spark.pipeline import run_pipeline
+    from ..spark import SnapshotImage, get_spark
+    from ..spark.pipeline import run_pipeline
 
     segdir = os.path.join(workdir, "segments")
     nseg = write_segments(segdir, messages, lsns, plan_batches(messages, max(8, args.batches * 2)),
@@ -756,7 +757,7 @@ def _spark_pipeline(args, out, workdir, messages, lsns, binary, d, truths, repla
         res = run_pipeline(spark, segdir, snapdir, column_defaults=added_column_defaults(SCHEMA),
                            events_rate=True)
         # identity mapInArrow over the same messages: Spark's own cost, for scale
-        from .spark.decode import read_segments
+        from ..spark.decode import read_segments
 
         t1 = time.perf_counter()
         raw = read_segments(spark, segdir)
@@ -792,7 +793,7 @@ def _cleanup_server(out, conn, cap, server, created, pub, slot, origin_existed, 
     """Drop what the demo made (--dsn), close the sessions, stop a private server."""
     problems = []
     if dsn_mode and conn is not None and created:
-        from .testing import workload
+        from . import workload
 
         stmts = [f"DROP PUBLICATION IF EXISTS {pub}",
                  f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE",
@@ -830,7 +831,7 @@ def _cleanup_server(out, conn, cap, server, created, pub, slot, origin_existed, 
 # ======================================================================================
 
 def _run_fixtures(args, out, reason) -> int:
-    from .framing import read_capture
+    from ..framing import read_capture
 
     t_start = time.perf_counter()
     print("pgoutput-fast demo", file=out)

@@ -1,4 +1,7 @@
-"""A throw-away PostgreSQL cluster for tests and fixture generation.
+"""A private, throw-away PostgreSQL cluster.
+
+The demo and the benchmark corpus (``pgoutput-fast bench``) run their workloads on one;
+so do the tests and the fixture generation.
 
 ``PostgresServer`` runs ``initdb`` in a fresh temporary directory, starts the server on
 a free TCP port on 127.0.0.1 (and a unix socket inside that directory), and removes

@@ -11,10 +11,10 @@ function for types the decoder does not know...). The Arrow type each column mus
 derived from the catalog in the same independent way (``TypeSpec.arrow_type``).
 
 Call it on a connection with the capture's session settings
-(``sqlcapture.session_settings``): they shape the text forms.
+(``pgoutput_fast.sqlcapture.session_settings``): they shape the text forms.
 
-The same ground truth is used by ``tests/test_decoder_pg.py``, which keeps its own copy
-(it also derives the change-event table's expected text).
+The demo compares its replay with it; the ground-truth tests use it too
+(``tests/test_decoder_pg.py`` also derives the change-event table's expected text).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from .image import Special
+from ..arrow_values import Special
 
 __all__ = ["TypeSpec", "PgCatalog", "PgColumn", "TableTruth", "table_truth", "published_tables"]
 

@@ -1,4 +1,5 @@
-"""An in-memory image of tables, built by applying decoded changes (for ground-truth tests).
+"""An in-memory image of tables, built by applying decoded changes (the demo's check; the
+ground-truth tests use it too).
 
 ``TableImage`` replays what a consumer of ``pgoutput_fast`` would do with its output:
 insert, update, delete and truncate rows of every relation, keyed by the relation's
@@ -14,7 +15,7 @@ a whole capture, ``rows("schema.table")`` must equal ``SELECT * FROM schema.tabl
 
 Values in an image built from typed tables (``apply_changeset``) are plain Python values
 of the column's Arrow type, chosen so that every value the decoder can produce is
-representable (see ``column_values``):
+representable (``pgoutput_fast.arrow_values.column_values``):
 
 * date32 as ``int`` days since 1970-01-01, time64/timestamp as ``int`` in the column's
   unit (µs): ``infinity`` is then simply INT32_MAX / INT64_MAX, and BC or far-future
@@ -40,14 +41,13 @@ rows while the stream never says so: pass ``added_column_defaults`` to fill them
 
 from __future__ import annotations
 
-import math
-from decimal import Decimal
-from typing import Iterable, Mapping, NamedTuple
+from typing import Iterable, Mapping
 
 import pyarrow as pa
 
-__all__ = ["TableImage", "ImageError", "Special", "column_values", "freeze", "same_value",
-           "META_COLUMNS", "TRAILING_COLUMNS"]
+from ..arrow_values import Special, column_values, freeze
+
+__all__ = ["TableImage", "ImageError", "META_COLUMNS", "TRAILING_COLUMNS"]
 
 #: metadata columns in front of the data columns of a typed table
 META_COLUMNS = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_origin")
@@ -65,79 +65,6 @@ def _short(value, limit=60):
 
 class ImageError(AssertionError):
     """A change that cannot be applied to the image (a decoder or capture problem)."""
-
-
-class Special(NamedTuple):
-    """A value the typed column could not hold; ``text`` is PostgreSQL's text form."""
-
-    text: str
-
-
-# -- value normalisation -----------------------------------------------------------
-
-
-def column_values(arr) -> list:
-    """Python values of an Arrow array / chunked array, as documented in the module doc."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
-    t = arr.type
-    if pa.types.is_date32(t):
-        return _with_nulls(arr, arr.view(pa.int32()).to_pylist())
-    if pa.types.is_date64(t):
-        return _with_nulls(arr, arr.view(pa.int64()).to_pylist())
-    if pa.types.is_time32(t):
-        return _with_nulls(arr, arr.view(pa.int32()).to_pylist())
-    if pa.types.is_time64(t) or pa.types.is_timestamp(t) or pa.types.is_duration(t):
-        return _with_nulls(arr, arr.view(pa.int64()).to_pylist())
-    if t == pa.month_day_nano_interval():
-        return [None if v is None else (v.months, v.days, v.nanoseconds) for v in arr.to_pylist()]
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        child = column_values(arr.values)
-        offsets = arr.offsets.to_pylist()
-        valid = arr.is_valid().to_pylist()
-        return [child[offsets[i]:offsets[i + 1]] if valid[i] else None for i in range(len(arr))]
-    if pa.types.is_struct(t):
-        names = [t.field(i).name for i in range(t.num_fields)]
-        children = [column_values(c) for c in arr.flatten()]
-        valid = arr.is_valid().to_pylist()
-        return [dict(zip(names, vals)) if valid[i] else None
-                for i, vals in enumerate(zip(*children) if children else [()] * len(arr))]
-    return arr.to_pylist()
-
-
-def _with_nulls(arr, values):
-    if arr.null_count == 0:
-        return values
-    valid = arr.is_valid().to_pylist()
-    return [v if ok else None for v, ok in zip(values, valid)]
-
-
-def freeze(v):
-    """A hashable form of a value in which equal-looking values compare equal.
-
-    NaN equals NaN, -0.0 differs from 0.0, ``Decimal('1.50')`` differs from
-    ``Decimal('1.5')`` (the scale is part of the value), lists and dicts become tuples.
-    """
-    if isinstance(v, bool):
-        return ("bool", v)
-    if isinstance(v, float):
-        return ("f", "nan" if math.isnan(v) else v.hex())
-    if isinstance(v, Decimal):
-        return ("d", str(v))
-    if isinstance(v, Special):
-        return ("special", v.text)
-    if isinstance(v, (list, tuple)):
-        return tuple(freeze(x) for x in v)
-    if isinstance(v, dict):
-        return tuple(sorted((k, freeze(x)) for k, x in v.items()))
-    if isinstance(v, (bytearray, memoryview)):
-        return bytes(v)
-    return v
-
-
-def same_value(a, b) -> bool:
-    """Equality under ``freeze`` (NaN == NaN, -0.0 != 0.0, Decimal scale matters)."""
-    return freeze(a) == freeze(b)
 
 
 # -- the image ---------------------------------------------------------------------

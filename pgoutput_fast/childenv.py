@@ -1,4 +1,4 @@
-"""Environments for the test harness's child processes under a sanitizer run.
+"""Environments for native child processes (PostgreSQL, a JVM) under a sanitizer run.
 
 ``scripts/sanitize.sh`` preloads clang's AddressSanitizer runtime into the tests' Python
 (``LD_PRELOAD``) and sets ``ASAN_OPTIONS``/``UBSAN_OPTIONS``. A child inherits all of

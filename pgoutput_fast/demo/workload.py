@@ -1,4 +1,4 @@
-"""Deterministic workloads against a real PostgreSQL, for decoder tests and fixtures.
+"""Deterministic workloads against a real PostgreSQL: the demo's, the tests' and fixtures'.
 
 Every function takes a psycopg2 connection in autocommit mode (``PostgresServer.connect()``)
 and works inside one schema (default ``pgo``). Typical use::
@@ -6,7 +6,7 @@ and works inside one schema (default ``pgo``). Typical use::
     create_schema(conn)                        # tables + publication "pgo_pub"
     slot = create_slot(conn, "s1")             # create slots *before* the workload
     run_basic(conn)                            # then any of the run_* functions
-    peek_changes(...)                          # see sqlcapture.py
+    peek_changes(...)                          # see pgoutput_fast.sqlcapture
 
 Call each ``run_*`` function at most once per ``create_schema`` (they use fixed keys and
 one of them alters a table). After the workloads, ``SELECT *`` of every table in

@@ -44,8 +44,8 @@ def message_rows(directory) -> pa.Table:
     ``seq``: a Truncate takes one per relation), null for Relation/Type rows;
     ``in_stream``: sent inside a stream block (the xid follows the type byte);
     ``ordinal``: the capture's message ordinal (the sending order)."""
-    from .. import decode_message
-    from ..capture import iter_segments
+    from pgoutput_fast import decode_message
+    from pgoutput_fast.capture import iter_segments
 
     out: dict[str, list] = {f.name: [] for f in ROW_SCHEMA}
 
