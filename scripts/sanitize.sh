@@ -62,9 +62,9 @@ if [ $# -eq 0 ]; then
     for t in test_decode_typed_equals_postgres test_apply_snapshot_equals_postgres_and_replay_is_noop \
              test_streaming_growing_directory_and_views test_apply_events_equals_postgres \
              test_spark_connect_decode_equals_postgres; do
-        set -- "$@" --deselect "tests/test_spark.py::$t"
+        set -- "$@" --deselect "tests/spark/test_spark.py::$t"
     done
-    set -- "$@" --deselect tests/test_demo.py::test_demo_end_to_end
+    set -- "$@" --deselect tests/demo/test_demo.py::test_demo_end_to_end
 fi
 log "pytest (native, ASan + UBSan) $*"
 suite_start=$SECONDS

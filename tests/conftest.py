@@ -1,20 +1,8 @@
-import os
-import sys
+"""The suite's shared fixtures: private PostgreSQL servers, one SparkSession, and the
+check that no test leaves an unraisable exception. Helpers the tests import are in
+``tests/support`` (the bundled captures: ``tests.support.captures``)."""
 
 import pytest
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-FIXTURES = os.path.join(HERE, "fixtures")
-if HERE not in sys.path:  # helpers (strategies.py) importable under --import-mode=importlib
-    sys.path.insert(0, HERE)
-
-FIXTURE_NAMES = sorted(f[:-5] for f in os.listdir(FIXTURES) if f.endswith(".pgoc"))
-
-
-def load_fixture(name):
-    from pgoutput_fast.framing import read_capture
-
-    return read_capture(os.path.join(FIXTURES, name + ".pgoc"))
 
 
 @pytest.fixture(scope="session")

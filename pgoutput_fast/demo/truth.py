@@ -14,7 +14,7 @@ Call it on a connection with the capture's session settings
 (``pgoutput_fast.sqlcapture.session_settings``): they shape the text forms.
 
 The demo compares its replay with it; the ground-truth tests use it too
-(``tests/test_decoder_pg.py`` also derives the change-event table's expected text).
+(``tests/decoder/test_decoder_pg.py`` also derives the change-event table's expected text).
 """
 
 from __future__ import annotations

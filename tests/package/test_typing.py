@@ -18,7 +18,7 @@ import pytest
 import pgoutput_fast
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PYPROJECT = os.path.join(os.path.dirname(HERE), "pyproject.toml")
+PYPROJECT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "pyproject.toml")
 ALLOWLIST = os.path.join(HERE, "native_stubtest_allowlist.txt")
 PACKAGE_DIR = os.path.dirname(os.path.abspath(pgoutput_fast.__file__))
 # A checkout (editable install or in-place build) has pyproject.toml next to the

@@ -55,13 +55,13 @@ from pgoutput_fast import (
     encode_message,
 )
 from pgoutput_fast import _reference
-from conftest import FIXTURE_NAMES, load_fixture
+from tests.support.captures import FIXTURE_NAMES, load_fixture
 
 native = pytest.importorskip("pgoutput_fast._native")
 
 IMPLS = {"native": native, "reference": _reference}
 
-# Known native bugs (reported; tests/test_decoder.py has an xfail test for each). While a
+# Known native bugs (reported; tests/decoder/test_decoder.py has an xfail test for each). While a
 # flag is True the inputs here stay clear of that bug; set it to False once it is fixed.
 #
 # A Truncate spooled in a stream / prepared transaction is written at commit to the
@@ -185,7 +185,7 @@ def assert_pending_equal(decs, what):
     except AttributeError:
         # known native bug: pending_summary() calls the cdef Spool.size() from Python
         # (AttributeError whenever a stream or prepared transaction is held);
-        # tests/test_decoder.py::test_pending_summary reports it
+        # tests/decoder/test_decoder.py::test_pending_summary reports it
         return
     assert native_pending == decs["reference"].pending(), f"{what}: pending"
 

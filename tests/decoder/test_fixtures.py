@@ -10,7 +10,7 @@ import pytest
 import pgoutput_fast
 from pgoutput_fast import DecodeError, StreamStart, StreamStop, MESSAGE_TYPES
 from pgoutput_fast import _reference
-from conftest import FIXTURES, FIXTURE_NAMES, load_fixture
+from tests.support.captures import FIXTURES, FIXTURE_NAMES, load_fixture
 
 native = pytest.importorskip("pgoutput_fast._native") if pgoutput_fast.IMPL == "python" else pgoutput_fast._impl
 

@@ -1,4 +1,5 @@
-"""The real-PostgreSQL test harness itself, and the committed capture fixtures.
+"""The private PostgreSQL server (``pgoutput_fast.local_server``), SQL-interface capture,
+the workloads and the sanitizer child environments, and the committed capture fixtures.
 
 Server tests are marked ``postgres`` and are skipped when no PostgreSQL server binaries
 can be found (see ``pgoutput_fast.local_server.find_bindir``).
@@ -18,7 +19,8 @@ from pgoutput_fast import sqlcapture
 from pgoutput_fast.demo import workload
 from pgoutput_fast.local_server import PostgresServer, find_bindir
 
-FIXTURES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+from tests.support.captures import FIXTURES as FIXTURES_DIR
+
 ALL_TYPES = "BCORYIUDTMSEcAbPKrp"
 
 

@@ -39,7 +39,7 @@ from pgoutput_fast.capture import SegmentError
 from pgoutput_fast import sqlcapture
 from pgoutput_fast.demo import workload
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEMA = "pgo_dur"
 PUB = "pgo_dur_pub"
 

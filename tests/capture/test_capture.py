@@ -34,7 +34,7 @@ from pgoutput_fast.childenv import sanitizer_preloaded
 from pgoutput_fast.local_server import find_bindir
 
 SCHEMA = "pgo_cap"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _need_server():
@@ -304,7 +304,7 @@ def test_kill9_exactly_once(pg_server, tmp_path):
         assert p.returncode == 0, err.decode()[-3000:]
         # SIGTERM: finish the segment, confirm, exit 0
         # (after it has connected, whatever the machine's load: a fixed sleep is not a
-        # moment; a signal at start-up is tests/test_capture_signals.py's)
+        # moment; a signal at start-up is tests/capture/test_capture_signals.py's)
         p = subprocess.Popen(_capture_cmd(pg_server, out), cwd=ROOT, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         head = []

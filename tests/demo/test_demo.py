@@ -21,9 +21,7 @@ from pgoutput_fast.framing import read_capture
 from pgoutput_fast.demo import workload
 from pgoutput_fast.local_server import find_bindir
 
-from conftest import load_fixture
-
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+from tests.support.captures import FIXTURES, load_fixture
 
 #: the published tables the demo compares (parted is published through its leaves)
 DEMO_TABLES = sorted(

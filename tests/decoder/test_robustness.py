@@ -12,7 +12,7 @@ row of the bad transaction is emitted, and that the decoder decodes the next bat
   at the value's column (values). ``decode_message`` keeps names lossless (surrogate
   escapes), as documented in ``pgoutput_fast.messages``.
 * Semantic hostility and resource limits (the issue's items 4 and 5) not already covered
-  by tests/test_decoder.py (``test_decode_errors_and_recovery`` has DML for an unknown
+  by tests/decoder/test_decoder.py (``test_decode_errors_and_recovery`` has DML for an unknown
   relation, column-count mismatch, Stream Commit for an unknown xid, Commit without
   Begin, unknown GID; ``test_relation_redefined_mid_transaction``,
   ``test_prepare_replayed_before_commit_prepared_and_duplicates``).

@@ -62,7 +62,7 @@ def crash_safe(test):
         child = subprocess.run(
             [sys.executable, "-m", "pytest", f"{__file__}::{test.__name__}", "-q", "--runxfail",
              "-p", "no:cacheprovider", "--import-mode=importlib"],
-            env={**os.environ, "PGOUTPUT_FAST_TEST_CHILD": "1"}, cwd=os.path.dirname(os.path.dirname(__file__)),
+            env={**os.environ, "PGOUTPUT_FAST_TEST_CHILD": "1"}, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
             capture_output=True, text=True, timeout=300)
         assert child.returncode == 0, (f"child process failed (exit {child.returncode}):\n"
                                        f"{child.stdout[-3000:]}\n{child.stderr[-3000:]}")

@@ -5,7 +5,7 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from conftest import FIXTURES, load_fixture
+from tests.support.captures import FIXTURES, load_fixture
 
 
 def run_cli(*args):

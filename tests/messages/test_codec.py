@@ -7,10 +7,8 @@ both implementations share (see ``pgoutput_fast/_reference/decode.py``).
 
 from __future__ import annotations
 
-import os
 import pickle
 import struct
-import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -46,8 +44,7 @@ from pgoutput_fast import (
 )
 from pgoutput_fast._reference import decode_message as reference_decode
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # works in any import mode
-from strategies import MESSAGE_STRATEGIES, in_stream_messages, messages  # noqa: E402
+from tests.support.strategies import MESSAGE_STRATEGIES, in_stream_messages, messages
 
 FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PER_CLASS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

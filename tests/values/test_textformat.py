@@ -634,7 +634,7 @@ def test_pow5_table_is_generated():
     runs it in the checkout; scripts/wheel.sh leaves it out, having no src/)."""
     import importlib.util
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parent.parent.parent
     spec = importlib.util.spec_from_file_location("gen_pow5_table", root / "scripts" / "gen_pow5_table.py")
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
