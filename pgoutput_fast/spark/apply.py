@@ -424,13 +424,13 @@ def events_to_typed(events, catalog, table: str, binary_unknown: bool | None = N
     text (string columns); from a binary capture (``binary_unknown``, by default the
     catalog's ``binary``) the events hold the sent bytes as ``\\x`` hex, which are
     turned back into those bytes (binary columns, as ``decode(..., table=)`` gives)."""
-    from .decode import _spark_schema, _versions, typed_schema
+    from .decode import relation_versions, spark_schema, typed_schema
 
-    versions = _versions(catalog, table)
+    versions = relation_versions(catalog, table)
     if binary_unknown is None:
         binary_unknown = bool(getattr(catalog, "binary", False))
     schema = typed_schema(catalog, table, binary_unknown)
-    out_schema = _spark_schema(schema, table, catalog)
+    out_schema = spark_schema(schema, table, catalog)
     relids = sorted({v.relid for v in versions})
     fn = _events_typed_fn(RelationCatalog.to_json(catalog), table, binary_unknown)
     from pyspark.sql import functions as F
@@ -456,10 +456,10 @@ def events_batch_to_typed(batch, catalog, table, binary_unknown: bool = False,
     import numpy as np
 
     from .. import Value, _impl
-    from .decode import _versions, typed_schema
+    from .decode import relation_versions, typed_schema
     from .types import spark_arrow_type, to_spark_array
 
-    versions = _versions(catalog, table)
+    versions = relation_versions(catalog, table)
     schema = typed_schema(catalog, table, binary_unknown)
     col_type = {}
     for v in versions:

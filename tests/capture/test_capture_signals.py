@@ -118,7 +118,7 @@ def _assert_clean_stop(cap, rc):
 def test_package_and_cli_import_light():
     """The handlers come before numpy, pyarrow, psycopg2 and the compiled extension:
     importing the package and its command line loads none of them."""
-    code = ("import sys, pgoutput_fast, pgoutput_fast.cli, pgoutput_fast._signals; "
+    code = ("import sys, pgoutput_fast, pgoutput_fast.cli, pgoutput_fast.signals; "
             "print(sorted(m for m in ('numpy', 'pyarrow', 'psycopg2', 'pgoutput_fast._native', "
             "'pgoutput_fast._reference', 'pgoutput_fast.decoder', 'pgoutput_fast.capture') "
             "if m in sys.modules))")
