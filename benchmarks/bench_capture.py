@@ -37,8 +37,9 @@ _medians = {}
 
 @pytest.fixture(scope="module")
 def server():
-    from pgoutput_fast.testing.postgres import PostgresServer, find_bindir
-    from pgoutput_fast.testing import sqlcapture, workload
+    from pgoutput_fast.local_server import PostgresServer, find_bindir
+    from pgoutput_fast import sqlcapture
+    from pgoutput_fast.demo import workload
 
     if find_bindir(required=False) is None:
         pytest.skip("no PostgreSQL server binaries")
@@ -75,7 +76,7 @@ def _next_slot(server, tool):
 
 @pytest.mark.benchmark(group="capture")
 def test_pg_recvlogical_devnull(benchmark, server):
-    from pgoutput_fast.testing.sqlcapture import text_lsn
+    from pgoutput_fast.sqlcapture import text_lsn
 
     pg = server["pg"]
     tool = os.path.join(pg.bindir, "pg_recvlogical")
@@ -120,7 +121,7 @@ def test_capture_segments(benchmark, server):
 
 
 def _recvlogical_once(server, slot):
-    from pgoutput_fast.testing.sqlcapture import text_lsn
+    from pgoutput_fast.sqlcapture import text_lsn
 
     pg = server["pg"]
     cmd = [os.path.join(pg.bindir, "pg_recvlogical"), "-d", pg.dsn(), "--slot", slot, "--start",

@@ -4,7 +4,7 @@ import pytest
 
 from pgoutput_fast import StreamStart, StreamStop, _native, _reference
 from benchutil import record
-from test_fixtures import FIXTURE_NAMES, load_fixture
+from tests.support.captures import FIXTURE_NAMES, load_fixture
 
 
 def _messages():

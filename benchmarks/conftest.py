@@ -10,8 +10,7 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+sys.path.insert(0, HERE)  # benchutil; the tests' helpers are tests.support.* (pyproject's pythonpath)
 
 from benchutil import NOTES, RESULTS  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Type stub of the compiled core ``pgoutput_fast._native`` (built from ``src/*.pxi``).
 
-tests/test_typing.py checks it against the built module with ``mypy.stubtest``: a
+tests/package/test_typing.py checks it against the built module with ``mypy.stubtest``: a
 change to a ``def``, ``cdef class`` or ``cpdef`` in ``src/`` must be mirrored here.
 Most code should use the package API (``pgoutput_fast.decode_message``,
 ``pgoutput_fast.Decoder``) rather than this module.

@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from . import _signals
+from . import signals
 from ._version import __version__
 from .lsn import format_lsn
 
@@ -338,17 +338,17 @@ def main(argv=None) -> int:
     try:
         # first of all: a SIGTERM/SIGINT from now on stops a capture cleanly (exit 0) or
         # interrupts another command with one line
-        _signals.install(defer=command == "capture")
+        signals.install(defer=command == "capture")
         return _main(argv, command)
     except KeyboardInterrupt as exc:    # pending when the handlers came (outside capture)
         return _interrupted(command, exc, "--debug" in argv)
     finally:
-        _signals.restore()
+        signals.restore()
 
 
 def _interrupted(command, exc: BaseException, debug: bool) -> int:
     signum = getattr(exc, "signum", 2)
-    text = str(exc) if isinstance(exc, _signals.Interrupted) else "interrupted (SIGINT)"
+    text = str(exc) if isinstance(exc, signals.Interrupted) else "interrupted (SIGINT)"
     return _fail(command, text, 128 + signum, debug)
 
 

@@ -6,7 +6,7 @@
         changes.tables["public.orders"]       # typed pa.Table
         changes.events                        # one change-event table for all relations
 
-Transactions (PROTOCOL.md §3): only work of committed transactions is emitted. A
+Transactions (docs/protocol.md §3): only work of committed transactions is emitted. A
 transaction still open at the end of a batch is held and emitted by the feed() that
 sees its Commit. Streamed transactions (protocol >= 2) are spooled per top-level xid,
 subtransaction aborts discard by position, and they are emitted at Stream Commit with

@@ -1,7 +1,7 @@
 """Writer for pgoutput messages: the inverse of ``decode_message``.
 
 ``encode_message(msg)`` turns any message object from :mod:`pgoutput_fast.messages`
-back into the exact bytes pgoutput sends (PROTOCOL.md §2). It exists for tests,
+back into the exact bytes pgoutput sends (docs/protocol.md §2). It exists for tests,
 fixtures and tools that synthesise streams; it is not on any hot path.
 
 Rules:

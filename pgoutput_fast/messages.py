@@ -4,7 +4,7 @@ Every class is an immutable tuple subclass (built on ``collections.namedtuple``)
 fields are attributes, objects compare by type *and* value, hash, pickle, and have a
 readable repr in which LSNs print as ``X/X`` and timestamps as ISO times.
 
-Field names follow PROTOCOL.md in snake_case. LSNs are ``int``; timestamps are ``int``
+Field names follow docs/protocol.md in snake_case. LSNs are ``int``; timestamps are ``int``
 microseconds since 2000-01-01 UTC, with a ``*_time`` property giving a ``datetime``.
 Names (schema, relation, column, type, origin, prefix, GID) are ``str`` decoded as
 UTF-8 with ``surrogateescape``, so bytes that are not UTF-8 survive a round trip.

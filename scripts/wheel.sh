@@ -60,7 +60,8 @@ WHEEL="$(ls "$DIST"/*manylinux*.whl)"
 log "wheel contents: compiled module, stub, py.typed; no sources, no tests"
 wheel_files "$WHEEL" >"$WORK/wheel.txt"
 for pattern in '^pgoutput_fast/_native\..*\.so$' '^pgoutput_fast/_native\.pyi$' '^pgoutput_fast/py\.typed$' \
-               '^pgoutput_fast/testing/postgres\.py$' '^pgoutput_fast/_reference/decoder\.py$'; do
+               '^pgoutput_fast/local_server\.py$' '^pgoutput_fast/demo/workload\.py$' \
+               '^pgoutput_fast/_reference/decoder\.py$'; do
     grep -q "$pattern" "$WORK/wheel.txt" || die "nothing in the wheel matches $pattern"
 done
 if grep -Eq '\.(pyx|pxi|c|h)$|^src/|^tests/' "$WORK/wheel.txt"; then die "sources or tests in the wheel"; fi
@@ -94,7 +95,7 @@ tests_started=$SECONDS
 # the Spark suite and the tests marked slow already ran in scripts/test.sh against the
 # same code; here they would only repeat it (the demo's end-to-end Spark run stays)
 PGOUTPUT_FAST_IMPL=native "$VPY" -m pytest tests -q -n "${PGOUTPUT_FAST_TEST_WORKERS:-2}" --dist worksteal \
-    -m "not slow and not checkout" --ignore=tests/test_spark.py "$@"
+    -m "not slow and not checkout" --ignore=tests/spark/test_spark.py "$@"
 tests_took=$((SECONDS - tests_started))
 cd "$ROOT"
 

@@ -12,7 +12,7 @@
 # truncate_message.pxi, the export of the event table in export.pxi: cdef functions
 # taking the core as `self`.
 #
-# Transaction handling (PROTOCOL.md §3, DESIGN.md):
+# Transaction handling (docs/protocol.md §3, docs/design.md):
 #   B..C          rows are written directly; a commit advances each touched builder's
 #                 watermark. A transaction still open at the end of a batch stays open in
 #                 the builders: export() hands over the committed rows and moves the open

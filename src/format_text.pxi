@@ -3,7 +3,7 @@
 # The generic change-event table keeps every column as text. For binary-mode captures
 # ('b' TupleData) that text is rebuilt here, exactly as the server would have printed it
 # in a session with DateStyle=ISO, IntervalStyle=postgres, TimeZone=UTC,
-# extra_float_digits=3 and bytea_output=hex (PROTOCOL.md §4). Each formatter is a port
+# extra_float_digits=3 and bytea_output=hex (docs/protocol.md §4). Each formatter is a port
 # of the server's output function (float8out/Ryu, numeric_out, EncodeDateTime,
 # EncodeInterval, inet_net_ntop, array_out, ...) and accepts exactly what the matching
 # receive function accepts: anything else is "malformed" (-1 with a static reason).

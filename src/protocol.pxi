@@ -1,4 +1,4 @@
-# The bytes of the pgoutput protocol that the core dispatches on (PROTOCOL.md): the
+# The bytes of the pgoutput protocol that the core dispatches on (docs/protocol.md): the
 # message type (a message's first byte) and the markers inside a change's TupleData.
 # Every comparison with one of these bytes in src/ goes through these names.
 

@@ -503,7 +503,7 @@ cdef int char_as_text(Buf *buf, const unsigned char *p, Py_ssize_t n, const char
 
 
 cdef int bin_array(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
-    """array_send into c.child (PROTOCOL.md section 4.3); element OID ignored.
+    """array_send into c.child (docs/protocol.md section 4.3); element OID ignored.
 
     Empty (ndim 0 or no items) -> empty list; ndim > 1 or lower bound != 1 -> 1 after
     checking the framing; element length -1 -> null element.

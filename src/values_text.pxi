@@ -14,7 +14,7 @@
 #
 # The expected text forms are those of a session with DateStyle=ISO,
 # IntervalStyle=postgres, extra_float_digits=3, bytea_output=hex (escape also parses),
-# any numeric TimeZone offset (PROTOCOL.md section 4.2).
+# any numeric TimeZone offset (docs/protocol.md section 4.2).
 #
 # Their C (128-bit decimal arithmetic, the Eisel-Lemire float conversion and its
 # power-of-five table, PostgreSQL date/time constants, the PGO_PUSH_FIXED store) is in
@@ -873,7 +873,7 @@ cdef int text_uuid(const unsigned char *p, Py_ssize_t n, unsigned char *out) noe
 
 
 cdef int text_array(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
-    """One-dimensional array text '{...}' into c.child (PROTOCOL.md section 4.3).
+    """One-dimensional array text '{...}' into c.child (docs/protocol.md section 4.3).
 
     Quoted elements may hold backslash escapes (unescaped into the list column's otherwise
     unused data buffer); unquoted NULL (any case) is a null element; '[lb:ub]=' bounds or

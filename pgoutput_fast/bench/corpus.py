@@ -152,8 +152,8 @@ def _copy_capture(conn, slot, opts, out_path):
 
 
 def build(rows: int = DEFAULT_ROWS, verbose: bool = True) -> None:
-    from pgoutput_fast.testing.postgres import PostgresServer
-    from pgoutput_fast.testing.sqlcapture import session_settings, wait_for_wal_flush
+    from ..local_server import PostgresServer
+    from ..sqlcapture import session_settings, wait_for_wal_flush
 
     os.makedirs(CACHE, exist_ok=True)
     todo = {w: spec for w, spec in _workloads(rows).items()

@@ -35,7 +35,7 @@ How a transaction is neither lost nor duplicated
   transactions), once a checkpoint holds it as ``acked_lsn``. psycopg2 opens the connection, but the CopyData traffic is read and
   answered here (``stream.py`` says why: psycopg2's own keepalive handling can confirm
   received, non-durable data).
-* **What the server sends again** (PROTOCOL.md §1.4). Decoding restarts at the slot's
+* **What the server sends again** (docs/protocol.md §1.4). Decoding restarts at the slot's
   ``restart_lsn``; a transaction is sent again if its commit record starts at or after
   ``confirmed_flush_lsn``, which can be behind ``durable_lsn`` (a crash between the
   checkpoint and the status update). On resume the tracker drops these duplicates:

@@ -1,7 +1,7 @@
 """``pgoutput-fast capture``: arguments, signals, exit status.
 
 Signals: ``pgoutput_fast.cli.main`` installs the SIGINT/SIGTERM handlers before it
-imports anything heavy (``pgoutput_fast._signals``); they set ``_signals.STOP``, which
+imports anything heavy (``pgoutput_fast.signals``); they set ``signals.STOP``, which
 is the ``stop_event`` of ``run_capture``. A signal before the first connection makes
 the capture return at once (exit 0); later it finishes the current segment, confirms
 it and exits 0. ``run`` called without ``main`` installs the same handlers itself.
@@ -166,14 +166,14 @@ def _event(event, **fields):
 
 
 def run(args) -> int:
-    from .. import _signals
+    from .. import signals
 
-    own = not _signals.installed() and _signals.install(defer=True)
+    own = not signals.installed() and signals.install(defer=True)
     try:
-        return _run(args, _signals.STOP)
+        return _run(args, signals.STOP)
     finally:
         if own:
-            _signals.restore()
+            signals.restore()
 
 
 def _run(args, stop) -> int:

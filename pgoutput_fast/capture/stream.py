@@ -60,7 +60,7 @@ _STATUS = struct.Struct(">cQQQq?")
 
 
 def max_protocol(version_num: int) -> int:
-    """Highest pgoutput ``proto_version`` a server accepts (PROTOCOL.md §0.3)."""
+    """Highest pgoutput ``proto_version`` a server accepts (docs/protocol.md §0.3)."""
     if version_num >= 160000:
         return 4
     if version_num >= 150000:
@@ -71,7 +71,7 @@ def max_protocol(version_num: int) -> int:
 
 
 class ReplicationOptions:
-    """The pgoutput options of ``START_REPLICATION`` (PROTOCOL.md §1.2), validated."""
+    """The pgoutput options of ``START_REPLICATION`` (docs/protocol.md §1.2), validated."""
 
     __slots__ = ("proto_version", "publication_names", "binary", "messages", "streaming",
                  "two_phase", "origin")
@@ -139,7 +139,7 @@ def choose_options(version_num, publication, *, proto_version="auto", binary=Fal
     ``proto_version="auto"`` picks the highest the server supports, capped to what the
     other flags need: streaming needs 2, two-phase 3, ``streaming="parallel"`` 4.
     Flags the server cannot honour raise ``CaptureError`` (unknown options are a hard
-    error on the server anyway: PROTOCOL.md §1.2).
+    error on the server anyway: docs/protocol.md §1.2).
     """
     top = max_protocol(version_num)
     if proto_version in (None, "auto"):
@@ -609,7 +609,7 @@ class ReplicationStream:
 
     def _end_message(self):
         """The COPY ended: the server's ERROR (e.g. a publication that does not exist at
-        the slot's position, PROTOCOL.md §1.2) is in the next result."""
+        the slot's position, docs/protocol.md §1.2) is in the next result."""
         lib, pg = self._lib, self._pgconn
         text = ""
         res = lib.PQgetResult(pg)

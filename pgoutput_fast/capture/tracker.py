@@ -26,7 +26,7 @@ def _cstring(data, pos):
 
 
 class TransactionTracker:
-    """Follows the message grammar (PROTOCOL.md §3.1) to know where a segment may be
+    """Follows the message grammar (docs/protocol.md §3.1) to know where a segment may be
     cut, keeps the state that becomes durable with a segment, and drops what the
     server sends again after a restart (``resume``).
 

@@ -16,7 +16,7 @@ fsync, ``os.replace``): a reader sees the old or the new version, never a mix. T
 for a local or POSIX-like file system; object stores need a table format with its own
 commit protocol.
 
-Merge semantics (the same as PostgreSQL's apply worker, and as ``testing.image``):
+Merge semantics (the same as PostgreSQL's apply worker, and as ``demo.image``):
 
 * The LSN guard: only changes after the snapshot's ``applied`` position
   ``(commit_lsn, seq)`` are applied, so applying a batch again changes nothing (no new
@@ -350,8 +350,8 @@ def _apply(spark, ch, changes, target, table, key_cols, columns, versions, defau
 
 def snapshot_rows(target, table, original_schema: pa.Schema) -> tuple[list, list]:
     """``(columns, rows)`` of a snapshot in the decoder's own value forms
-    (``testing.image.column_values``; ``_special`` values as ``Special``), for checks."""
-    from ..testing.image import Special, column_values
+    (``arrow_values.column_values``; ``_special`` values as ``Special``), for checks."""
+    from ..arrow_values import Special, column_values
     from .types import from_spark_array
 
     t = read_snapshot(target, table)
@@ -371,7 +371,7 @@ def snapshot_rows(target, table, original_schema: pa.Schema) -> tuple[list, list
 
 
 class SnapshotImage:
-    """Snapshots under ``target`` seen like a ``testing.image.TableImage`` (``rows``,
+    """Snapshots under ``target`` seen like a ``demo.image.TableImage`` (``rows``,
     ``columns``, ``column_types``, ``in``), in the decoder's own types, so that they can
     be compared with PostgreSQL's rows (``demo.compare_with_truth``)."""
 
@@ -424,13 +424,13 @@ def events_to_typed(events, catalog, table: str, binary_unknown: bool | None = N
     text (string columns); from a binary capture (``binary_unknown``, by default the
     catalog's ``binary``) the events hold the sent bytes as ``\\x`` hex, which are
     turned back into those bytes (binary columns, as ``decode(..., table=)`` gives)."""
-    from .decode import _spark_schema, _versions, typed_schema
+    from .decode import relation_versions, spark_schema, typed_schema
 
-    versions = _versions(catalog, table)
+    versions = relation_versions(catalog, table)
     if binary_unknown is None:
         binary_unknown = bool(getattr(catalog, "binary", False))
     schema = typed_schema(catalog, table, binary_unknown)
-    out_schema = _spark_schema(schema, table, catalog)
+    out_schema = spark_schema(schema, table, catalog)
     relids = sorted({v.relid for v in versions})
     fn = _events_typed_fn(RelationCatalog.to_json(catalog), table, binary_unknown)
     from pyspark.sql import functions as F
@@ -456,10 +456,10 @@ def events_batch_to_typed(batch, catalog, table, binary_unknown: bool = False,
     import numpy as np
 
     from .. import Value, _impl
-    from .decode import _versions, typed_schema
+    from .decode import relation_versions, typed_schema
     from .types import spark_arrow_type, to_spark_array
 
-    versions = _versions(catalog, table)
+    versions = relation_versions(catalog, table)
     schema = typed_schema(catalog, table, binary_unknown)
     col_type = {}
     for v in versions:

@@ -88,7 +88,7 @@ def get_spark(master: str = "local[*]", app_name: str = "pgoutput_fast", *, conn
         b = b.config(k, v)
     # under a sanitizer run (scripts/sanitize.sh) the JVM starts without the preloaded
     # runtime, its Python workers with it (a JVM does not run under it)
-    from pgoutput_fast.testing.childenv import jvm_children
+    from ..childenv import jvm_children
 
     if connect:
         # a Connect client cannot change these once its server runs
@@ -312,7 +312,8 @@ def build_catalog(df) -> SegmentCatalog:
 # typed schema of a table across its versions
 # ======================================================================================
 
-def _versions(catalog, table):
+def relation_versions(catalog, table):
+    """The catalog's versions of ``table`` (``schema.name``), by relid and version."""
     vs = [v for v in catalog.versions() if v.qualified_name == table]
     if not vs:
         raise KeyError(f"{table}: no such relation in the catalog "
@@ -332,7 +333,7 @@ def typed_schema(catalog, table, binary_unknown=False) -> pa.Schema:
     """The decoder's typed Arrow schema of ``table`` over all its versions (permissive
     promotion, columns in order of first appearance), plus ``_version``."""
     cols: dict[str, pa.DataType] = {}
-    for v in _versions(catalog, table):
+    for v in relation_versions(catalog, table):
         for c, ct in zip(v.columns, v.column_types):
             t = ct.arrow_type(binary_unknown)
             if c.name in cols and cols[c.name] != t:
@@ -348,20 +349,22 @@ def typed_schema(catalog, table, binary_unknown=False) -> pa.Schema:
         pa.field("_version", pa.int32(), False)])
 
 
-def _spark_schema(arrow_schema: pa.Schema, table=None, catalog=None):
+def spark_schema(arrow_schema: pa.Schema, table=None, catalog=None):
+    """The Spark ``StructType`` of ``arrow_schema``; with ``table`` and ``catalog``, its key
+    columns and the table's versions are recorded in the fields' metadata."""
     from pyspark.sql.pandas.types import from_arrow_type
     from pyspark.sql.types import StructField, StructType
 
     keys: set = set()
     op_meta: dict = {}
     if table is not None and catalog is not None:
-        last = _versions(catalog, table)[-1]
+        last = relation_versions(catalog, table)[-1]
         keys = set(last.key_columns)
         op_meta = {META_KEY: {"table": table, "key_columns": list(last.key_columns),
                               "replident": last.replident,
                               "columns": list(last.column_names),
                               "versions": {str(v.version): list(v.column_names)
-                                           for v in _versions(catalog, table)}}}
+                                           for v in relation_versions(catalog, table)}}}
     fields = []
     for f in arrow_schema:
         md: dict[str, Any] = {}
@@ -374,7 +377,7 @@ def _spark_schema(arrow_schema: pa.Schema, table=None, catalog=None):
     return StructType(fields)
 
 
-def _conform(table: pa.Table, version, schema: pa.Schema, spark: bool = True) -> pa.RecordBatch:
+def conform_batch(table: pa.Table, version, schema: pa.Schema, spark: bool = True) -> pa.RecordBatch:
     """One version's typed rows in the unified schema, Spark-mapped (unless ``spark=False``)."""
     n = table.num_rows
     arrays = []
@@ -447,7 +450,7 @@ def _decode_fn(catalog: SegmentCatalog, group_starts: list, table, schema, binar
             else:
                 for version, t in cs.table_versions:
                     if version.qualified_name == table and t.num_rows:
-                        yield _conform(t, version, schema)
+                        yield conform_batch(t, version, schema)
         if dec is not None:
             _check_closed(dec, expect)
     return run
@@ -477,11 +480,11 @@ def decode(df, catalog: SegmentCatalog, *, table: str | None = None,
     if table is None:
         from ..decoder import EVENT_SCHEMA
 
-        out_schema = _spark_schema(EVENT_SCHEMA)
+        out_schema = spark_schema(EVENT_SCHEMA)
         fn = _decode_fn(catalog, group_starts, None, None, binary_unknown)
     else:
         schema = typed_schema(catalog, table, binary_unknown)
-        out_schema = _spark_schema(schema, table, catalog)
+        out_schema = spark_schema(schema, table, catalog)
         fn = _decode_fn(catalog, group_starts, table, schema, binary_unknown)
     out = df.select("lsn", "data", "ordinal").mapInArrow(fn, out_schema)
     # mapInArrow drops field metadata: restore it (keys, table name)

@@ -286,7 +286,7 @@ def decode_rows(data, commit_lsn, position, catalog: RowCatalog, *, in_stream=No
     that fits both raises ValueError.
     """
     from .. import Decoder
-    from .decode import _conform, typed_schema
+    from .decode import conform_batch, typed_schema
 
     if not isinstance(catalog, RowCatalog):
         raise TypeError("decode_rows/decode_udf need a RowCatalog (row_catalog(df) or "
@@ -377,7 +377,7 @@ def decode_rows(data, commit_lsn, position, catalog: RowCatalog, *, in_stream=No
         if len(got) != 1 or got[0][1].num_rows != len(rows):
             raise RuntimeError("decode_rows: typed rows do not match the rows")
         v, t = got[0]
-        b = _conform(t, v, schema) if spark_types else _conform_arrow(t, v, schema)
+        b = conform_batch(t, v, schema) if spark_types else _conform_arrow(t, v, schema)
         parts.append(b.select([f.name for f in fields]))
         order.extend(rows)
     out_fields = [pa.field(f.name, parts[0].schema.field(f.name).type, True)
@@ -398,10 +398,10 @@ def decode_rows(data, commit_lsn, position, catalog: RowCatalog, *, in_stream=No
 
 
 def _conform_arrow(t, version, schema):
-    """``_conform`` without the Spark type mapping."""
-    from .decode import _conform
+    """``conform_batch`` without the Spark type mapping."""
+    from .decode import conform_batch
 
-    return _conform(t, version, schema, spark=False)
+    return conform_batch(t, version, schema, spark=False)
 
 
 def _feed_group(dec, rows, bodies, cv, lv):
@@ -435,7 +435,7 @@ def decode_udf(catalog: RowCatalog, *, table: str | None = None, binary_unknown:
     (``arrow_udf``); on older versions wrap ``decode_rows`` in a UDF of your own."""
     from pyspark.sql import functions as F
 
-    from .decode import _spark_schema
+    from .decode import spark_schema
 
     if not isinstance(catalog, RowCatalog):
         raise TypeError("decode_udf needs a RowCatalog (row_catalog(df)); build_catalog's "
@@ -448,10 +448,10 @@ def decode_udf(catalog: RowCatalog, *, table: str | None = None, binary_unknown:
     if table is None:
         from pyspark.sql.types import ArrayType
 
-        elem = _spark_schema(pa.schema(list(arrow_type.value_type)))
+        elem = spark_schema(pa.schema(list(arrow_type.value_type)))
         spark_type: Any = ArrayType(elem, True)
     else:
-        spark_type = _spark_schema(pa.schema(list(arrow_type)))
+        spark_type = spark_schema(pa.schema(list(arrow_type)))
     cat_json = catalog.to_json()
 
     def run(data, commit_lsn, position, in_stream=None):

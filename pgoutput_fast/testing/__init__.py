@@ -1,1 +1,0 @@
-"""Test helpers: a private PostgreSQL server, workloads, and SQL-interface capture."""
