@@ -266,6 +266,7 @@ def run_capture(cfg: CaptureConfig, stop_event: threading.Event | None = None) -
     connected_once = False
     started = False            # START_REPLICATION succeeded once: the directory is in use
     created: dict = {}
+    busy_since = None          # when START_REPLICATION first found the slot held
     try:
         rec = plan_recovery(out)
         while not stop_event.is_set():
@@ -316,19 +317,28 @@ def run_capture(cfg: CaptureConfig, stop_event: threading.Event | None = None) -
                 received = _session(cfg, stream, options, state, confirmed, stop_event,
                                     progress, result, out)
                 started = True
+                busy_since = None
                 if received:
                     backoff = 0.5
                 if stop_event.is_set() or _until_done(cfg, stream):
                     break
             except SlotBusy as exc:
-                raise ServerRefused(f"{_slot_busy_message(cfg, _pid_in(str(exc)))}") from None
+                # the slot was taken between the check and START_REPLICATION (e.g. the
+                # walsender of a connection just lost has not exited yet): wait within
+                # the same bound as for a slot found busy
+                busy_since = busy_since or time.monotonic()
+                if time.monotonic() - busy_since >= cfg.slot_busy_timeout or stop_event.is_set():
+                    raise ServerRefused(f"{_slot_busy_message(cfg, _pid_in(str(exc)))}") from None
+                stop_event.wait(0.5)
             except (ConnectionLost, psycopg2.OperationalError, psycopg2.InterfaceError) as exc:
                 permanent = _permanent_stream_error(str(exc), cfg, pubs)
                 if permanent is not None:
                     raise permanent from None
                 if cfg.max_reconnects is not None and result.reconnects >= cfg.max_reconnects:
                     raise
-                if result.messages > messages_before or getattr(stream, "session_progress", False):
+                if getattr(stream, "session_started", False):
+                    busy_since = None
+                if result.messages > messages_before:
                     backoff = 0.5       # that connection made progress: start the backoff again
                 result.reconnects += 1
                 progress.event("disconnected", error=_redact(str(exc).strip()[:500], cfg.dsn),
@@ -362,7 +372,7 @@ def _redact(text, dsn):
     return redact(text, dsn)
 
 
-def _permanent_stream_error(text: str, cfg, pubs):
+def _permanent_stream_error(text: str, cfg, pubs=None):
     """An ERROR the walsender ends the stream with that a reconnect cannot fix."""
     m = re.search(r'publication "([^"]*)" does not exist', text)
     if m:
