@@ -11,6 +11,9 @@ import re
 
 import pytest
 
+# the documents are files of the source tree: not run against an installed wheel
+pytestmark = pytest.mark.checkout
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 

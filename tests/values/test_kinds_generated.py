@@ -3,6 +3,11 @@
 import importlib.util
 import os
 
+import pytest
+
+# checks files of the source tree (scripts/, src/): not run against an installed wheel
+pytestmark = pytest.mark.checkout
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
