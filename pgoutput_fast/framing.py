@@ -120,6 +120,8 @@ def _read_parquet(path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from .parquet_io import read_parquet
+
     arrow_errors = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
     try:
         schema = pq.read_schema(path)
@@ -146,7 +148,7 @@ def _read_parquet(path):
                                    "hold each message's LSN as a number (or be left out)")
         columns.append("lsn")
     try:
-        table = pq.read_table(path, columns=columns)
+        table = read_parquet(path, columns)
     except arrow_errors as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise CaptureFileError(f"{path}: the Parquet file cannot be read ({reason}): it is "

@@ -72,7 +72,7 @@ def read_segment(entry: SegmentEntry, columns=("lsn", "data", "ordinal"),
     """One segment, verified against its manifest entry: size and SHA-256 of the file,
     Parquet page checksums, the message count and the ordinals (``expect_ordinal``: the
     first one a sequential reader expects, for a legacy directory)."""
-    import pyarrow.parquet as pq
+    from ..parquet_io import read_parquet
 
     path = entry.path
     try:
@@ -89,8 +89,7 @@ def read_segment(entry: SegmentEntry, columns=("lsn", "data", "ordinal"),
     want = list(columns)
     read_cols = want if "ordinal" in want else want + ["ordinal"]
     try:
-        table = pq.read_table(pa.BufferReader(raw), columns=read_cols,
-                              page_checksum_verification=True)
+        table = read_parquet(pa.BufferReader(raw), read_cols, verify_checksums=True)
     except (OSError, pa.ArrowException) as exc:
         raise SegmentError(f"{path}: not a readable segment ({exc})") from None
     for name in read_cols:

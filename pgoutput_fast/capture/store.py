@@ -648,7 +648,7 @@ def upgrade_legacy(directory, state: CaptureState, file_mode=DEFAULT_FILE_MODE) 
     """Give a format 1 directory a manifest (the digests of its segments as they are now)
     and a format 2 checkpoint. The segments are trusted as found: format 1 kept no
     digest to check them against."""
-    import pyarrow.parquet as pq
+    from ..parquet_io import read_parquet
 
     state = state.copy()
     state.capture_id = state.capture_id or new_capture_id()
@@ -657,7 +657,7 @@ def upgrade_legacy(directory, state: CaptureState, file_mode=DEFAULT_FILE_MODE) 
     for seq in range(1, state.last_segment + 1):
         path = os.path.join(directory, segment_name(seq))
         nbytes, digest = file_digest(path)
-        t = pq.read_table(path, columns=["ordinal"])
+        t = read_parquet(path, ["ordinal"])
         first = t.column(0)[0].as_py() if t.num_rows else None
         entry = {"seq": seq, "file": segment_name(seq), "bytes": nbytes, "sha256": digest,
                  "first_ordinal": first, "messages": t.num_rows}

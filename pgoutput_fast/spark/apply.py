@@ -83,13 +83,13 @@ def snapshot_path(target, table) -> str | None:
 
 def read_snapshot(target, table) -> pa.Table:
     """The current snapshot of a table as an Arrow table (Spark-mapped types)."""
-    import pyarrow.parquet as pq
+    from ..parquet_io import read_parquet
 
     path = snapshot_path(target, table)
     if path is None:
         raise FileNotFoundError(f"no snapshot of {table} in {target}")
     files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".parquet"))
-    tables = [pq.read_table(f) for f in files]
+    tables = [read_parquet(f) for f in files]
     return pa.concat_tables(tables)
 
 
