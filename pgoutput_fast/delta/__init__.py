@@ -1,0 +1,257 @@
+"""Delta Lake tables from decoded changes: incremental MERGE, exactly once.
+
+One Delta table per PostgreSQL table, at ``TARGET/schema.table`` (a local path or an
+object-store URI with ``storage_options``, as delta-rs takes them). Each row holds the
+table's columns in their stored types (``pgoutput_fast.storage_types``) and
+``_commit_lsn``, ``_seq`` (the change that wrote it) and ``_special`` (values no typed
+column can hold); a REPLICA IDENTITY FULL table also ``_row_hash`` and ``_dup``. Spark
+with Delta Lake, DuckDB (``delta_scan``), Polars (``read_delta``), Trino and delta-rs
+read them as any Delta table.
+
+* ``apply_changeset(changeset, target)``: the typed tables of a ``ChangeSet``
+  (``Decoder``), reduced and merged in this process.
+* ``apply_table(typed, target, version)``: one table's typed changes.
+* ``pgoutput_fast.spark.apply_changes``: the same from Spark DataFrames, the reduction
+  on the executors.
+
+How a batch is reduced (``reduce``) and committed (``commit``) is described there;
+``read_table`` and ``DeltaImage`` read a table back (tests compare it with PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .commit import (APP_ID, POSITION_KEY, BatchResult, DeltaApplyError, DeltaConflict,
+                     applied_position, commit_batch, open_table, table_uri)
+from .reduce import change_events, full_events, reduce_events, reduce_full
+
+__all__ = ["apply_changeset", "apply_table", "read_table", "DeltaImage", "table_uri",
+           "applied_position", "table_mode", "filter_after", "BatchResult", "DeltaApplyError",
+           "DeltaConflict", "APP_ID", "POSITION_KEY", "HIDDEN_COLUMNS"]
+
+#: columns of a stored row that are not the table's own
+HIDDEN_COLUMNS = ("_commit_lsn", "_seq", "_special", "_row_hash", "_dup")
+
+
+def table_mode(replident: str, keys) -> str:
+    """``full`` (REPLICA IDENTITY FULL: rows counted by value), ``key`` (a primary key or
+    replica identity index) or ``append`` (no identity: inserts only)."""
+    if replident == "f":
+        return "full"
+    return "key" if keys else "append"
+
+
+def filter_after(t: pa.Table, position) -> pa.Table:
+    """The rows of ``t`` after ``position`` ``(commit_lsn, seq)`` (all of them if None)."""
+    if position is None or t.num_rows == 0:
+        return t
+    c0, s0 = position
+    lsn, seq = t.column("_commit_lsn"), t.column("_seq")
+    keep = pc.or_(pc.greater(lsn, c0), pc.and_(pc.equal(lsn, c0), pc.greater(seq, s0)))
+    return t.filter(keep)
+
+
+def _last_position(t: pa.Table, where=None):
+    if where is not None:
+        t = t.filter(where)
+    if t.num_rows == 0:
+        return None
+    lsn = t.column("_commit_lsn").to_numpy()
+    seq = t.column("_seq").to_numpy()
+    i = int(np.lexsort((seq, lsn))[-1])
+    return int(lsn[i]), int(seq[i])
+
+
+def apply_table(typed: pa.Table, target, table: str, *, keys, replident: str, columns,
+                storage_options: dict | None = None, change_data_feed: bool = False,
+                configuration: dict | None = None,
+                column_defaults: dict | None = None) -> BatchResult:
+    """Merge one table's typed changes (the decoder's typed table, one or several
+    relation versions concatenated; storage or decoder types) into its Delta table."""
+    from ..storage_types import to_storage_table
+
+    keys, columns = list(keys), list(columns)
+    uri = table_uri(target, table)
+    dt = open_table(uri, storage_options)
+    position = applied_position(dt)
+    t = to_storage_table(typed)
+    total = t.num_rows
+    t = filter_after(t, position)
+    last = _last_position(t)
+    if last is None:
+        return BatchResult(table=table, uri=uri, changes=0, skipped=True,
+                           applied=list(position) if position else None,
+                           version=dt.version() if dt is not None else None, missing=0,
+                           inserted=0, updated=0, deleted=0, files_added=0, files_removed=0,
+                           seen=total)
+    trunc = _last_position(t, pc.equal(t.column("_op"), "t"))
+    if trunc is not None:
+        t = filter_after(t, trunc)
+    t = t.filter(pc.not_equal(t.column("_op"), "t"))
+    mode = table_mode(replident, keys)
+    carries = None
+    if mode == "full":
+        final = reduce_full(full_events(t, columns), columns)
+    elif mode == "key":
+        final, carries = reduce_events(change_events(t, columns, keys), columns, keys)
+    else:
+        bad = pc.sum(pc.cast(pc.is_in(t.column("_op"), pa.array(["u", "d"])), pa.int64())).as_py()
+        if bad:
+            raise DeltaApplyError(f"{table}: {bad} updates or deletes in a table without a "
+                                  "replica identity (PostgreSQL refuses them): nothing applied")
+        final = t.select(columns + ["_commit_lsn", "_seq", "_special"])
+    config = dict(configuration or {})
+    if change_data_feed:
+        config["delta.enableChangeDataFeed"] = "true"
+    return commit_batch(dt, uri, table, mode=mode, keys=keys, columns=columns, final=final,
+                        carries=carries, truncate=trunc is not None, position=last,
+                        changes=t.num_rows + (trunc is not None), storage_options=storage_options,
+                        configuration=config or None, column_defaults=column_defaults)
+
+
+def _unify(tables: list) -> pa.Table:
+    schema = pa.unify_schemas([t.schema for t in tables], promote_options="permissive")
+    out = []
+    for t in tables:
+        cols = []
+        for f in schema:
+            if f.name in t.column_names:
+                c = t.column(f.name)
+                cols.append(c.cast(f.type) if c.type != f.type else c)
+            else:
+                cols.append(pa.nulls(t.num_rows, f.type))
+        out.append(pa.Table.from_arrays(cols, schema=schema))
+    return pa.concat_tables(out)
+
+
+def _mode_types(t: pa.Table, version, binary: bool | None) -> pa.Table:
+    """All-null columns in the type the capture mode gives them (``binary``)."""
+    if binary is None:
+        return t
+    for c, ct in zip(version.columns, version.column_types):
+        i = t.schema.get_field_index(c.name)
+        want = ct.arrow_type(binary)
+        if i >= 0 and t.field(i).type != want and t.column(i).null_count == t.num_rows:
+            t = t.set_column(i, pa.field(c.name, want), pa.nulls(t.num_rows, want))
+    return t
+
+
+def _with_defaults(t: pa.Table, version, defaults: dict) -> pa.Table:
+    """Rows of a relation version without a column that has a default: the default
+    (what PostgreSQL shows in rows that predate ADD COLUMN ... DEFAULT)."""
+    for c, value in defaults.items():
+        if c not in version.column_names and c not in t.column_names:
+            t = t.append_column(c, pa.array([value] * t.num_rows))
+    return t
+
+
+def apply_changeset(changeset, target, *, tables=None, storage_options: dict | None = None,
+                    change_data_feed: bool = False, column_defaults: dict | None = None,
+                    binary: bool | None = None) -> dict:
+    """Merge a ``ChangeSet``'s typed tables (``Decoder(tables=True)``) into Delta tables
+    under ``target``; ``{table: BatchResult}``. Every table is reduced before any is
+    committed, so a known problem (a type change Delta cannot take, updates without a
+    key) stops the batch before anything is written; a failure while committing names
+    the tables already committed (a rerun continues from each table's position).
+
+    ``binary``: whether the capture was in binary mode. Types PostgreSQL's stream does
+    not name (enums, domains of them, extension types) are bytes in binary mode and
+    text otherwise; a batch with no value of such a column cannot tell, so say it when
+    you know it (``column_defaults``: ``{table: {column: value}}``, the DEFAULT of a
+    column added by ALTER TABLE, which PostgreSQL gives the rows that predate it)."""
+    from ..storage_types import to_storage_table
+
+    by_name: dict = {}
+    for version, t in changeset.table_versions:
+        by_name.setdefault(version.qualified_name, []).append((version, t))
+    results: dict = {}
+    for name in sorted(by_name):
+        if tables is not None and name not in tables:
+            continue
+        parts = by_name[name]
+        last = max(parts, key=lambda p: p[0].version)[0]
+        defaults = (column_defaults or {}).get(name) or {}
+        typed = _unify([_with_defaults(to_storage_table(_mode_types(t, version, binary)),
+                                       version, defaults) for version, t in parts])
+        try:
+            results[name] = apply_table(typed, target, name, keys=last.key_columns,
+                                        replident=last.replident,
+                                        columns=[c for c in typed.column_names
+                                                 if not c.startswith("_")],
+                                        storage_options=storage_options,
+                                        change_data_feed=change_data_feed,
+                                        column_defaults=defaults)
+        except DeltaApplyError as exc:
+            done = ", ".join(f"{n} at {r.get('applied')}" for n, r in results.items()) or "none"
+            raise DeltaApplyError(f"{exc} [tables committed before it: {done}; the others are "
+                                  "at their previous positions]") from exc
+    return results
+
+
+def read_table(target, table: str, storage_options: dict | None = None,
+               hidden: bool = False) -> pa.Table:
+    """The current rows of ``table``'s Delta table (stored types); the bookkeeping
+    columns only with ``hidden``."""
+    from deltalake import DeltaTable
+
+    from .commit import unview
+
+    t = unview(DeltaTable(table_uri(target, table), storage_options=storage_options)
+               .to_pyarrow_table())
+    if not hidden:
+        t = t.drop_columns([c for c in HIDDEN_COLUMNS if c in t.column_names])
+    return t
+
+
+class DeltaImage:
+    """Delta tables under ``target`` seen like ``demo.image.TableImage`` (``rows``,
+    ``columns``, ``column_types``, ``in``), in the decoder's own types, to compare with
+    PostgreSQL's rows (``demo.compare_with_truth``)."""
+
+    def __init__(self, target, catalog, binary_unknown=False, storage_options=None):
+        self.target = target
+        self.catalog = catalog
+        self.binary_unknown = binary_unknown
+        self.storage_options = storage_options
+        self._cache: dict = {}
+
+    def _schema(self, name) -> pa.Schema:
+        last = sorted(self.catalog.by_name(name), key=lambda v: v.version)[-1]
+        return pa.schema([pa.field(c.name, ct.arrow_type(self.binary_unknown))
+                          for c, ct in zip(last.columns, last.column_types)])
+
+    def _load(self, name):
+        if name not in self._cache:
+            from ..arrow_values import Special, column_values
+            from ..storage_types import from_storage_array
+
+            schema = self._schema(name)
+            t = read_table(self.target, name, self.storage_options, hidden=True)
+            values = {f.name: column_values(from_storage_array(t.column(f.name), f.type))
+                      if f.name in t.column_names else [None] * t.num_rows for f in schema}
+            specials = t.column("_special").to_pylist()
+            rows = []
+            for i in range(t.num_rows):
+                r = {f.name: values[f.name][i] for f in schema}
+                for k, v in specials[i] or ():
+                    if k in r:
+                        r[k] = Special(v)
+                rows.append(r)
+            self._cache[name] = ([f.name for f in schema], rows)
+        return self._cache[name]
+
+    def __contains__(self, name):
+        return open_table(table_uri(self.target, name), self.storage_options) is not None \
+            and bool(self.catalog.by_name(name))
+
+    def rows(self, name):
+        return self._load(name)[1]
+
+    def columns(self, name):
+        return self._load(name)[0]
+
+    def column_types(self, name):
+        return {f.name: f.type for f in self._schema(name)}
