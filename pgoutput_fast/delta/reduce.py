@@ -175,7 +175,8 @@ def _group_starts(sorted_keys: list, n: int) -> np.ndarray:
     return np.flatnonzero(new)
 
 
-def _out_schema(ev_schema: pa.Schema, columns: list) -> pa.Schema:
+def output_schema(ev_schema: pa.Schema, columns: list) -> pa.Schema:
+    """The schema of ``reduce_events``'s output for events of ``ev_schema``."""
     return pa.schema([ev_schema.field(c) for c in columns] + [
         pa.field("_commit_lsn", pa.int64()), pa.field("_seq", pa.int64()),
         ev_schema.field("_special"), pa.field("_action", pa.string()),
@@ -189,7 +190,7 @@ def reduce_events(ev: pa.Table, columns: list, keys: list) -> tuple[pa.Table, pa
     ``c``: a key's state just before an update moved it away). ``_toast`` lists the
     columns still to be filled from ``_ref_lsn``/``_ref_seq``'s carry row, or from the
     target's row at the same key when those are null."""
-    schema = _out_schema(ev.schema, columns)
+    schema = output_schema(ev.schema, columns)
     n = ev.num_rows
     if n == 0:
         return schema.empty_table(), schema.empty_table()
@@ -279,7 +280,7 @@ def _assemble(ev, schema, columns, keys, fast_last, kind, rows_src, rows_meta, s
               slow_group) -> pa.Table:
     """Output rows: the fast groups' last events, then the walked rows (``rows_src``:
     per row the event index of each non-key column, -1 for null; None: a delete)."""
-    nf, ns = len(fast_last), len(rows_src)
+    nf = len(fast_last)
     pos_idx = np.concatenate([fast_last, np.array([m[0] for m in rows_meta], np.int64)])
     out = {}
     for c in columns:

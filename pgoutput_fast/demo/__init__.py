@@ -669,7 +669,7 @@ def _run_server_in(args, out, workdir) -> int:
     right = "decoded + replayed"
     if getattr(args, "spark", False):
         results = _spark_pipeline(args, out, workdir, messages, lsns, binary, d, truths, results)
-        right = "Spark snapshot"
+        right = "Delta table (Spark)"
     bad = _print_table(out, results, ("table", "PostgreSQL (SELECT)", right))
     print(file=out)
     print("checksum: sum mod 2^64 of BLAKE2b-64 over each row's canonical values "
@@ -702,13 +702,14 @@ def write_segments(directory, messages, lsns, batches, options) -> int:
 
 
 def _spark_pipeline(args, out, workdir, messages, lsns, binary, d, truths, replay_results):
-    """Segments -> local Spark: decode + apply -> snapshots, compared with PostgreSQL."""
+    """Segments -> local Spark: decode + apply -> Delta tables, compared with PostgreSQL."""
     try:
         import pyspark
     except ImportError:
         raise DemoError("the Spark pipeline needs pyspark: pip install 'pgoutput-fast[spark]' "
                         "(or run with --no-spark)") from None
-    from ..spark import SnapshotImage, get_spark
+    from ..delta import DeltaImage
+    from ..spark import get_spark
     from ..spark.pipeline import run_pipeline
 
     segdir = os.path.join(workdir, "segments")
@@ -723,7 +724,7 @@ def _spark_pipeline(args, out, workdir, messages, lsns, binary, d, truths, repla
     print(f"spark      PySpark {pyspark.__version__}, master {args.master} "
           f"({spark.sparkContext.defaultParallelism} cores), started in {t_start:.1f} s", file=out)
     out.flush()
-    snapdir = os.path.join(workdir, "snapshots")
+    snapdir = os.path.join(workdir, "tables")
     try:
         res = run_pipeline(spark, segdir, snapdir, column_defaults=added_column_defaults(SCHEMA),
                            events_rate=True)
@@ -734,7 +735,7 @@ def _spark_pipeline(args, out, workdir, messages, lsns, binary, d, truths, repla
         raw = read_segments(spark, segdir)
         raw.mapInArrow(lambda it: it, raw.schema).write.format("noop").mode("overwrite").save()
         t_identity = time.perf_counter() - t1
-        img = SnapshotImage(snapdir, res["catalog"], binary)
+        img = DeltaImage(snapdir, res["catalog"], binary)
         results = [compare_with_truth(t, img, binary) for t in truths]
     finally:
         spark.stop()
@@ -749,7 +750,7 @@ def _spark_pipeline(args, out, workdir, messages, lsns, binary, d, truths, repla
     print(f"{'':<10} decode typed + apply_changes, {len(res['tables'])} tables: {ap_s:.1f} s = "
           f"{res['changes'] / ap_s:,.0f} changes/s (Spark jobs per table dominate at this size)",
           file=out)
-    print(f"{'':<10} snapshots: one Parquet directory per table"
+    print(f"{'':<10} tables: one Delta Lake table per table"
           + (f" in {snapdir}" if args.keep else ""), file=out)
     # a table is right only if the in-process replay agrees too
     by_name = {r.name: r for r in replay_results}

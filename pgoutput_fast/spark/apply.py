@@ -1,187 +1,297 @@
-"""Apply change DataFrames to Parquet table snapshots, idempotently.
+"""Apply change DataFrames to Delta Lake tables: reduced on Spark, merged exactly once.
 
 The input is a typed DataFrame of one table (``decode(df, catalog, table=...)``) or the
 change-event DataFrame of any tables (``decode(df, catalog)``) with ``catalog=``: its
 text values are parsed into each table's typed columns first (``events_to_typed``).
 
-Layout of a target directory (one directory per table)::
+Each table is one Delta table, ``TARGET/schema.table`` (a local path, or an object-store
+URI with ``storage_options`` as delta-rs takes them). ``apply_changes``:
 
-    TARGET/schema.table/_current.json     {"version": 3, "applied": [commit_lsn, seq], ...}
-    TARGET/schema.table/v000003/*.parquet the snapshot of version 3
-    TARGET/schema.table/v000002/...       older versions (kept; remove them when you like)
+1. reads the table's applied position from its Delta log (``pgoutput_fast.delta``) and
+   keeps the changes after it;
+2. on Spark's executors: turns each change into events at its keys, repartitions them
+   by key and reduces each key to its final state (``pgoutput_fast.delta.reduce``: the
+   last change wins, deletes, key changes, unchanged TOAST from earlier in the batch;
+   REPLICA IDENTITY FULL rows counted by value);
+3. brings the reduced batch, one row per touched key, to the driver as Arrow
+   (``DataFrame.toArrow``: memory in proportion to the keys a batch touches, not to the
+   table) and merges it into the Delta table in one commit that also records the
+   batch's position (``pgoutput_fast.delta.commit``): only the data files holding the
+   touched keys are rewritten, and a batch applied again is a no-op.
 
-``apply_changes(typed_df, TARGET)`` reads the current version, merges the changes
-and writes version n+1, then switches ``_current.json`` atomically (write a temp file,
-fsync, ``os.replace``): a reader sees the old or the new version, never a mix. This is
-for a local or POSIX-like file system; object stores need a table format with its own
-commit protocol.
-
-Merge semantics (the same as PostgreSQL's apply worker, and as ``demo.image``):
-
-* The LSN guard: only changes after the snapshot's ``applied`` position
-  ``(commit_lsn, seq)`` are applied, so applying a batch again changes nothing (no new
-  version is written).
-* A truncate drops every row before it: the target's rows and earlier changes.
-* Per key (the replica identity columns by default, from the typed DataFrame's field
-  metadata; or ``keys=``): the last change by ``(commit_lsn, seq)`` wins; a delete
-  removes the row; an update that changes the key deletes the old key and writes the
-  new one.
-* Unchanged TOAST (``_unchanged_toast``): such a column keeps the value it had: the
-  last value written for that key before the change (in this batch or in the target).
-  An update that changes the key *and* has unchanged-TOAST columns is rejected
-  (``ValueError``; the value would have to follow the old key).
-* Tables without key columns (REPLICA IDENTITY NOTHING, or no columns at all) are
-  append-only: inserts are added, updates/deletes are rejected.
-* Column sets: the snapshot has the latest relation version's columns. A column added
-  by DDL is null in rows written before it existed, or ``column_defaults[column]``
-  (PostgreSQL fills existing rows with the column's DEFAULT, which the stream never
-  says).
-* The snapshot also holds ``_commit_lsn`` and ``_seq`` of the change that wrote each
-  row, and ``_special`` (values the typed column cannot hold, see ``ChangeSet.tables``).
+Merge semantics are PostgreSQL's apply worker's; see ``pgoutput_fast.delta``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import tempfile
-from typing import Any
-
 import pyarrow as pa
 
 from ..catalog import RelationCatalog
 from ..types import K_ARRAY, K_UNKNOWN
 
-__all__ = ["apply_changes", "events_to_typed", "snapshot_path", "read_snapshot", "snapshot_state", "ApplyResult",
-           "snapshot_rows", "SnapshotImage"]
+__all__ = ["apply_changes", "events_to_typed", "ApplyError", "DeltaImage", "read_table"]
 
-CURRENT = "_current.json"
 _META = "pgoutput_fast"
 
 
-class ApplyResult(dict):
-    """``{"table", "version", "path", "applied", "changes", "rows", "skipped"}``."""
+class ApplyError(Exception):
+    """A run over several tables failed for some: ``results`` holds the tables that
+    committed (with their positions), ``errors`` the others (they are at their previous
+    positions; a rerun continues)."""
+
+    def __init__(self, results: dict, errors: dict):
+        self.results, self.errors = results, errors
+        done = ", ".join(f"{n} at {r.get('applied')}" for n, r in sorted(results.items())) or "none"
+        failed = "; ".join(f"{n}: {e}" for n, e in sorted(errors.items()))
+        super().__init__(f"{len(errors)} of {len(errors) + len(results)} tables not applied "
+                         f"({failed}); committed: {done}; run the apply again to continue: "
+                         "each table resumes from its own position")
 
 
 def _table_meta(df) -> dict:
     return (df.schema["_op"].metadata or {}).get(_META, {})
 
 
-def snapshot_state(target, table) -> dict | None:
-    p = os.path.join(target, table, CURRENT)
-    if not os.path.exists(p):
-        return None
-    with open(p) as f:
-        return json.load(f)
+def DeltaImage(target, catalog, binary_unknown=False, storage_options=None):
+    """``pgoutput_fast.delta.DeltaImage`` (tables under ``target`` as rows to compare)."""
+    from ..delta import DeltaImage as _Image
+
+    return _Image(target, catalog, binary_unknown, storage_options)
 
 
-def snapshot_path(target, table) -> str | None:
-    st = snapshot_state(target, table)
-    return None if st is None else os.path.join(target, table, st["path"])
+def read_table(target, table, storage_options=None):
+    """``pgoutput_fast.delta.read_table``: a Delta table's current rows as Arrow."""
+    from ..delta import read_table as _read
 
-
-def read_snapshot(target, table) -> pa.Table:
-    """The current snapshot of a table as an Arrow table (Spark-mapped types)."""
-    from ..parquet_io import read_parquet
-
-    path = snapshot_path(target, table)
-    if path is None:
-        raise FileNotFoundError(f"no snapshot of {table} in {target}")
-    files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".parquet"))
-    tables = [read_parquet(f) for f in files]
-    return pa.concat_tables(tables)
-
-
-def _parquet_rows(path) -> int:
-    """Row count from the Parquet footers (no Spark job)."""
-    import pyarrow.parquet as pq
-
-    return sum(pq.ParquetFile(os.path.join(path, f)).metadata.num_rows
-               for f in os.listdir(path) if f.endswith(".parquet"))
-
-
-def _switch(target, table, state):
-    d = os.path.join(target, table)
-    fd, tmp = tempfile.mkstemp(prefix=".current.", dir=d)
-    with os.fdopen(fd, "w") as f:
-        json.dump(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(d, CURRENT))
-    dfd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    return _read(target, table, storage_options)
 
 
 def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = None,
-                  table: str | None = None, catalog=None):
-    """Merge changes into the table snapshots under ``target`` (module doc).
+                  table: str | None = None, catalog=None, storage_options: dict | None = None,
+                  change_data_feed: bool = False):
+    """Merge changes into the Delta tables under ``target`` (module doc).
 
     ``changes`` is either
 
     * a typed DataFrame of one table (``decode(df, catalog, table=...)``): returns the
-      ``ApplyResult`` of that table; ``column_defaults`` is ``{column: value}``; or
+      ``BatchResult`` of that table; ``column_defaults`` is ``{column: value}`` (the
+      DEFAULT of a column added by ALTER TABLE: PostgreSQL gives it to the rows that
+      predate it, the stream never says); or
     * the change-event DataFrame (``decode(df, catalog)``, any tables): needs
       ``catalog`` (types and keys); each table of the catalog (or only ``table``) is
       converted with ``events_to_typed`` and applied as above. Returns
-      ``{table: ApplyResult}``; ``column_defaults`` is ``{table: {column: value}}``.
+      ``{table: BatchResult}``; ``column_defaults`` is ``{table: {column: value}}``. A
+      table that fails does not stop the others; ``ApplyError`` then says which
+      committed and which did not.
+
+    ``change_data_feed`` creates new tables with Delta's change data feed on
+    (``delta.enableChangeDataFeed``: inserts, update pre-/post-images and deletes for
+    downstream readers).
     """
     if _is_events(changes):
         if catalog is None:
             raise ValueError("apply_changes of change events needs catalog= (build_catalog): "
-                             "the events hold text values, the snapshot typed columns")
+                             "the events hold text values, the tables typed columns")
         from .decode import tables_of
 
         names = [table] if table else tables_of(catalog)
         defaults = column_defaults or {}
         from pyspark import StorageLevel
 
+        results, errors = {}, {}
         with _uncompressed_cache(changes.sparkSession):
             events = changes.persist(StorageLevel.MEMORY_AND_DISK)
             try:
-                return {name: apply_changes(events_to_typed(events, catalog, name), target, keys,
-                                            column_defaults=defaults.get(name))
-                        for name in names}
+                for name in names:
+                    try:
+                        results[name] = _apply_typed(
+                            events_to_typed(events, catalog, name), target, keys,
+                            column_defaults=defaults.get(name), storage_options=storage_options,
+                            change_data_feed=change_data_feed)
+                    except Exception as exc:  # reported with the others' positions
+                        errors[name] = exc
             finally:
                 events.unpersist()
-    return _apply_typed(changes, target, keys, column_defaults=column_defaults, table=table)
+        if errors:
+            raise ApplyError(results, errors) from next(iter(errors.values()))
+        return results
+    return _apply_typed(changes, target, keys, column_defaults=column_defaults, table=table,
+                        storage_options=storage_options, change_data_feed=change_data_feed)
+
+
+def _position_filter(df, position):
+    from pyspark.sql import functions as F
+
+    if position is None:
+        return df
+    c0, s0 = position
+    return df.where((F.col("_commit_lsn") > c0) |
+                    ((F.col("_commit_lsn") == c0) & (F.col("_seq") > s0)))
 
 
 def _apply_typed(changes, target, keys=None, *, column_defaults: dict | None = None,
-                 table: str | None = None) -> ApplyResult:
+                 table: str | None = None, storage_options: dict | None = None,
+                 change_data_feed: bool = False):
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    spark = changes.sparkSession
+    from ..delta import BatchResult, applied_position, commit_batch, table_mode, table_uri
+    from ..delta.commit import open_table
+
     meta = _table_meta(changes)
     table = table or meta.get("table")
     if not table:
         raise ValueError("apply_changes needs a typed DataFrame from decode(..., table=...) "
                          "(or table=)")
     key_cols = list(keys) if keys is not None else list(meta.get("key_columns", []))
+    replident = meta.get("replident", "d")
     columns = list(meta.get("columns") or [c for c in changes.columns if not c.startswith("_")])
+    columns += [c for c in changes.columns if not c.startswith("_") and c not in columns]
     versions = {int(k): set(v) for k, v in (meta.get("versions") or {}).items()}
-    defaults = dict(column_defaults or {})
-    os.makedirs(os.path.join(target, table), exist_ok=True)
-    state = snapshot_state(target, table)
-    applied = state["applied"] if state else None
+    uri = table_uri(target, table)
+    dt = open_table(uri, storage_options)
+    position = applied_position(dt)
 
-    ch = changes
-    if applied is not None:
-        c0, s0 = applied
-        ch = ch.where((F.col("_commit_lsn") > c0) | ((F.col("_commit_lsn") == c0) & (F.col("_seq") > s0)))
-    # decoded once: the summary below and the merge both read it
-    from pyspark import StorageLevel
-
+    spark = changes.sparkSession
     with _uncompressed_cache(spark):
-        ch = ch.persist(StorageLevel.MEMORY_AND_DISK)
+        ch = _position_filter(changes, position).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            return _apply(spark, ch, changes, target, table, key_cols, columns, versions,
-                          defaults, state, applied)
+            pos = F.struct(F.col("_commit_lsn").alias("c"), F.col("_seq").alias("s"))
+            summary = ch.agg(F.count(F.lit(1)).alias("n"), F.max(pos).alias("last"),
+                             F.max(F.when(F.col("_op") == "t", pos)).alias("trunc"),
+                             F.sum(F.when(F.col("_op").isin("u", "d"), 1).otherwise(0))
+                             .alias("ud")).collect()[0]
+            if summary["n"] == 0:
+                return BatchResult(table=table, uri=uri, changes=0, skipped=True,
+                                   applied=list(position) if position else None,
+                                   version=dt.version() if dt is not None else None,
+                                   missing=0, inserted=0, updated=0, deleted=0,
+                                   files_added=0, files_removed=0)
+            last = (int(summary["last"]["c"]), int(summary["last"]["s"]))
+            trunc = summary["trunc"]
+            body = ch
+            if trunc is not None:
+                body = _position_filter(body, (trunc["c"], trunc["s"]))
+            body = body.where(F.col("_op") != "t")
+            mode = table_mode(replident, key_cols)
+            if mode == "append" and summary["ud"]:
+                from ..delta import DeltaApplyError
+
+                raise DeltaApplyError(f"{table}: updates or deletes in a table without a "
+                                      "replica identity (PostgreSQL refuses them): pass keys=")
+            final, carries = _reduce_on_spark(body, mode, columns, key_cols, versions,
+                                              dict(column_defaults or {}))
+            config = {"delta.enableChangeDataFeed": "true"} if change_data_feed else None
+            return commit_batch(dt, uri, table, mode=mode, keys=key_cols, columns=columns,
+                                final=final, carries=carries, truncate=trunc is not None,
+                                position=last, changes=int(summary["n"]),
+                                storage_options=storage_options, configuration=config,
+                                column_defaults=column_defaults)
         finally:
             ch.unpersist()
+
+
+def _to_arrow(df) -> pa.Table:
+    """A (small) DataFrame on the driver as Arrow."""
+    if hasattr(df, "toArrow"):
+        return df.toArrow()
+    return pa.Table.from_batches(df._collect_as_arrow())
+
+
+def _spark_struct(schema: pa.Schema):
+    from ..storage_types import spark_schema_ddl
+
+    return spark_schema_ddl(schema)
+
+
+def _reduce_on_spark(body, mode, columns, keys, versions, defaults):
+    """The reduced batch (``pgoutput_fast.delta.reduce``) computed on the executors:
+    events by key, repartitioned by key, each partition reduced; then on the driver."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from ..delta import reduce as R
+
+    in_schema = to_arrow_schema(body.schema, timezone="UTC")
+    data_cols = list(columns)
+    lacking = {c: sorted(v for v, cols in versions.items() if c not in cols)
+               for c in defaults} if versions else {}
+
+    def prepare(b: pa.RecordBatch) -> pa.Table:
+        t = _conform_types(pa.Table.from_batches([b]), in_schema)
+        for c, value in defaults.items():
+            if lacking.get(c) and c in t.column_names:
+                import pyarrow.compute as pc
+
+                old = pc.is_in(t.column("_version"), pa.array(lacking[c], pa.int32()))
+                t = t.set_column(t.schema.get_field_index(c), c,
+                                 pc.if_else(old, pa.scalar(value).cast(t.schema.field(c).type),
+                                            t.column(c)))
+        return t
+
+    if mode == "full":
+        ev_schema = R.full_events(in_schema.empty_table(), data_cols).schema
+        out_schema = ev_schema
+        part_by = ["_row_hash"]
+
+        def events(batches):
+            for b in batches:
+                if b.num_rows:
+                    yield from R.full_events(prepare(b), data_cols).to_batches()
+
+        def reduce(batches):
+            t = _gather(batches, ev_schema)
+            yield from R.reduce_full(t, data_cols).to_batches()
+    elif mode == "key":
+        ev_schema = R.change_events(in_schema.empty_table(), data_cols, keys).schema
+        out_schema = R.output_schema(ev_schema, data_cols).append(pa.field("_part", pa.string()))
+        part_by = keys
+
+        def events(batches):
+            for b in batches:
+                if b.num_rows:
+                    yield from R.change_events(prepare(b), data_cols, keys).to_batches()
+
+        def reduce(batches):
+            t = _gather(batches, ev_schema)
+            final, carries = R.reduce_events(t, data_cols, keys)
+            for part, tab in (("f", final), ("c", carries)):
+                if tab.num_rows:
+                    tab = tab.append_column("_part", pa.array([part] * tab.num_rows))
+                    yield from tab.to_batches()
+    else:
+        cols = data_cols + ["_commit_lsn", "_seq", "_special"]
+        return _to_arrow(body.select(*cols)), None
+
+    ev_df = body.mapInArrow(events, _spark_struct(ev_schema))
+    red = ev_df.repartition(*part_by).mapInArrow(reduce, _spark_struct(out_schema))
+    got = _conform_types(_to_arrow(red), out_schema)
+    if mode == "full":
+        return got, None
+    import pyarrow.compute as pc
+
+    final = got.filter(pc.equal(got.column("_part"), "f")).drop_columns(["_part"])
+    carries = got.filter(pc.equal(got.column("_part"), "c")).drop_columns(["_part"])
+    return final, carries
+
+
+def _gather(batches, schema: pa.Schema) -> pa.Table:
+    """A partition's batches as one table of ``schema`` (Spark's Arrow types may differ
+    in time zone or string width)."""
+    batches = [b for b in batches if b.num_rows]
+    if not batches:
+        return schema.empty_table()
+    return _conform_types(pa.Table.from_batches(batches), schema)
+
+
+def _conform_types(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    if t.schema.equals(schema):
+        return t
+    cols = []
+    for f in schema:
+        c = t.column(f.name)
+        cols.append(c.cast(f.type) if c.type != f.type else c)
+    return pa.Table.from_arrays(cols, schema=schema)
 
 
 _COMPRESS = "spark.sql.inMemoryColumnarStorage.compressed"
@@ -202,206 +312,6 @@ def _uncompressed_cache(spark):
             spark.conf.unset(_COMPRESS)
         else:
             spark.conf.set(_COMPRESS, prev)
-
-
-def _apply(spark, ch, changes, target, table, key_cols, columns, versions, defaults, state,
-           applied) -> ApplyResult:
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    pos = F.struct(F.col("_commit_lsn").alias("c"), F.col("_seq").alias("s"))
-    summary = ch.agg(
-        F.count(F.lit(1)).alias("n"),
-        F.max(pos).alias("last"),
-        F.max(F.when(F.col("_op") == "t", pos)).alias("trunc"),
-        F.sum(F.when(F.size(F.coalesce("_unchanged_toast", F.array())) > 0, 1).otherwise(0)).alias("toast"),
-        F.sum(F.when(F.col("_op").isin("u", "d"), 1).otherwise(0)).alias("ud"),
-    ).collect()[0]
-    result = ApplyResult(table=table, changes=int(summary["n"]), skipped=False)
-    if summary["n"] == 0 and state is not None:
-        result.update(version=state["version"], path=snapshot_path(target, table),
-                      applied=applied, rows=state.get("rows"), skipped=True)
-        return result
-    new_applied = [summary["last"]["c"], summary["last"]["s"]] if summary["last"] else applied
-
-    data_type = {f.name: f.dataType for f in changes.schema.fields}
-    snap_cols = columns + ["_commit_lsn", "_seq", "_special"]
-
-    # -- the target's rows, as writes at position (-1, -1) -------------------------
-    old = None
-    if state is not None and summary["trunc"] is None:
-        old = spark.read.parquet(snapshot_path(target, table))
-        sel = []
-        for c in snap_cols:
-            if c in old.columns:
-                sel.append(F.col(c).cast(data_type[c]).alias(c) if c in data_type else F.col(c))
-            else:
-                sel.append((F.lit(defaults[c]) if c in defaults else F.lit(None))
-                           .cast(data_type.get(c, "string")).alias(c))
-        old = old.select(*sel)
-    if summary["trunc"] is not None:
-        t = summary["trunc"]
-        ch = ch.where((F.col("_commit_lsn") > t["c"]) | ((F.col("_commit_lsn") == t["c"]) & (F.col("_seq") > t["s"])))
-    ch = ch.where(F.col("_op") != "t")
-
-    def value(c):
-        if c not in changes.columns:
-            return F.lit(None).cast(data_type.get(c, "string"))
-        if c in defaults and versions:
-            lacking = [v for v, cols in versions.items() if c not in cols]
-            if lacking:
-                return F.when(F.col("_version").isin(lacking), F.lit(defaults[c]).cast(data_type[c])) \
-                    .otherwise(F.col(c))
-        return F.col(c)
-
-    special = F.map_filter(F.col("_special"), lambda k, v: ~k.startswith("_before."))
-    writes = [value(c).alias(c) for c in columns]
-    if not key_cols:
-        if summary["ud"]:
-            raise ValueError(f"{table}: updates/deletes on a table without key columns "
-                             "(replica identity NOTHING?): pass keys=")
-        new = ch.select(*writes, "_commit_lsn", "_seq", special.alias("_special"))
-        out = new if old is None else old.unionByName(new)
-    else:
-        # one event per (key, change): upserts at the new key, deletes at the old key
-        old_key = [F.when(F.col("_before_kind").isNotNull(), F.col("_before")[k]).otherwise(F.col(k))
-                   for k in key_cols]
-        toast0 = F.coalesce(F.col("_unchanged_toast"), F.array().cast("array<string>"))
-        # a key column sent as unchanged TOAST (with the old key, 'K') is that old value
-        writes = [F.when(F.array_contains(toast0, c), old_key[key_cols.index(c)]).otherwise(w).alias(c)
-                  if c in key_cols else w for c, w in zip(columns, writes)]
-        key_changed = F.lit(False)
-        for k, ok in zip(key_cols, old_key):
-            k = F.when(F.array_contains(toast0, k), ok).otherwise(F.col(k))
-            key_changed = key_changed | ~k.eqNullSafe(ok)
-        toast = F.coalesce(F.col("_unchanged_toast"), F.array().cast("array<string>"))
-        if summary["toast"]:
-            # an old row ('O', REPLICA IDENTITY FULL) holds the unchanged values itself
-            full = F.col("_before_kind") == "O"
-            writes = [F.when(full & F.array_contains(toast, c), F.col("_before")[c])
-                      .otherwise(w).alias(c) for c, w in zip(columns, writes)]
-            toast = F.when(full, F.array().cast("array<string>")).otherwise(toast)
-        base = ch.select(*writes, "_commit_lsn", "_seq", special.alias("_special"),
-                         toast.alias("_toast"), F.col("_op"),
-                         F.struct(*[ok.alias(k) for k, ok in zip(key_cols, old_key)]).alias("_old"),
-                         key_changed.alias("_kc"))
-        if summary["toast"]:
-            bad = base.where(F.col("_kc") & (F.col("_op") == "u") & (F.size("_toast") > 0)).limit(1).count()
-            if bad:
-                raise ValueError(f"{table}: an update changes the key and has unchanged-TOAST "
-                                 "columns; not supported by apply_changes")
-        ups = base.where(F.col("_op").isin("c", "u")).select(
-            *columns, "_commit_lsn", "_seq", "_special", "_toast",
-            F.lit(1).alias("_sub"), F.lit("w").alias("_kind"))
-        dels = base.where((F.col("_op") == "d") | ((F.col("_op") == "u") & F.col("_kc"))).select(
-            *[F.col("_old")[k].alias(k) if k in key_cols else F.lit(None).cast(data_type[k]).alias(k)
-              for k in columns],
-            "_commit_lsn", "_seq", F.lit(None).cast("map<string,string>").alias("_special"),
-            F.array().cast("array<string>").alias("_toast"),
-            F.lit(0).alias("_sub"), F.lit("d").alias("_kind"))
-        ev = ups.unionByName(dels)
-        if old is not None:
-            ev = ev.unionByName(old.select(*columns, F.lit(-1).cast("long").alias("_commit_lsn"),
-                                           F.lit(-1).cast("long").alias("_seq"), "_special",
-                                           F.array().cast("array<string>").alias("_toast"),
-                                           F.lit(0).alias("_sub"), F.lit("w").alias("_kind"),
-                                           F.col("_commit_lsn").alias("_w_lsn"),
-                                           F.col("_seq").alias("_w_seq")),
-                                allowMissingColumns=True)
-        order = [F.col("_commit_lsn"), F.col("_seq"), F.col("_sub")]
-        if summary["toast"]:
-            w = Window.partitionBy(*key_cols).orderBy(*order).rowsBetween(
-                Window.unboundedPreceding, Window.currentRow)
-            filled = []
-            for c in columns:
-                if c in key_cols:
-                    filled.append(F.col(c))
-                    continue
-                keep = (F.col("_kind") == "w") & ~F.array_contains("_toast", F.lit(c))
-                filled.append(F.last(F.when(keep, F.struct(F.col(c).alias("v"))), ignorenulls=True)
-                              .over(w)["v"].alias(c))
-            ev = ev.select(*filled, *[c for c in ev.columns if c not in columns])
-        last = Window.partitionBy(*key_cols).orderBy(*[o.desc() for o in order])
-        out = ev.withColumn("_rn", F.row_number().over(last)).where(
-            (F.col("_rn") == 1) & (F.col("_kind") == "w"))
-        if "_w_lsn" in out.columns:  # target rows keep the position that wrote them
-            out = out.withColumn("_commit_lsn", F.when(F.col("_commit_lsn") < 0, F.col("_w_lsn"))
-                                 .otherwise(F.col("_commit_lsn"))) \
-                     .withColumn("_seq", F.when(F.col("_seq") < 0, F.col("_w_seq")).otherwise(F.col("_seq")))
-        out = out.select(*snap_cols)
-
-    version = (state["version"] if state else 0) + 1
-    rel = f"v{version:06d}"
-    path = os.path.join(target, table, rel)
-    # INT96 (Spark's default) cannot hold ±infinity (int64 µs extremes): write micros
-    prev = spark.conf.get("spark.sql.parquet.outputTimestampType", None)
-    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-    try:
-        out.write.mode("overwrite").parquet(path)
-    finally:
-        if prev is not None and prev != "TIMESTAMP_MICROS":
-            spark.conf.set("spark.sql.parquet.outputTimestampType", prev)
-    rows = _parquet_rows(path)
-    _switch(target, table, {"version": version, "path": rel, "applied": new_applied,
-                            "rows": rows, "columns": columns, "key_columns": key_cols})
-    result.update(version=version, path=path, applied=new_applied, rows=rows)
-    return result
-
-
-def snapshot_rows(target, table, original_schema: pa.Schema) -> tuple[list, list]:
-    """``(columns, rows)`` of a snapshot in the decoder's own value forms
-    (``arrow_values.column_values``; ``_special`` values as ``Special``), for checks."""
-    from ..arrow_values import Special, column_values
-    from .types import from_spark_array
-
-    t = read_snapshot(target, table)
-    cols = [f.name for f in original_schema]
-    values: dict[str, Any] = {}
-    for f in original_schema:
-        values[f.name] = column_values(from_spark_array(t.column(f.name), f.type))
-    specials = t.column("_special").to_pylist()
-    rows = []
-    for i in range(t.num_rows):
-        r = {c: values[c][i] for c in cols}
-        for k, v in specials[i] or ():
-            if k in r:
-                r[k] = Special(v)
-        rows.append(r)
-    return cols, rows
-
-
-class SnapshotImage:
-    """Snapshots under ``target`` seen like a ``demo.image.TableImage`` (``rows``,
-    ``columns``, ``column_types``, ``in``), in the decoder's own types, so that they can
-    be compared with PostgreSQL's rows (``demo.compare_with_truth``)."""
-
-    def __init__(self, target, catalog, binary_unknown=False):
-        self.target = target
-        self.catalog = catalog
-        self.binary_unknown = binary_unknown
-        self._cache: dict = {}
-
-    def _schema(self, name) -> pa.Schema:
-        last = sorted(self.catalog.by_name(name), key=lambda v: v.version)[-1]
-        return pa.schema([pa.field(c.name, ct.arrow_type(self.binary_unknown))
-                          for c, ct in zip(last.columns, last.column_types)])
-
-    def _load(self, name):
-        if name not in self._cache:
-            self._cache[name] = snapshot_rows(self.target, name, self._schema(name))
-        return self._cache[name]
-
-    def __contains__(self, name):
-        return snapshot_state(self.target, name) is not None and bool(self.catalog.by_name(name))
-
-    def rows(self, name):
-        return self._load(name)[1]
-
-    def columns(self, name):
-        return self._load(name)[0]
-
-    def column_types(self, name):
-        return {f.name: f.type for f in self._schema(name)}
 
 
 # ======================================================================================

@@ -1,9 +1,11 @@
-"""``pgoutput-fast pipeline``: segments -> Spark decode -> table snapshots.
+"""``pgoutput-fast pipeline``: segments -> Spark decode -> Delta Lake tables.
 
 ``run_pipeline(spark, segments, out)`` reads a capture directory (``read_segments``),
-builds the catalog, then for every table decodes its typed changes and applies them to
-``out/<schema.table>`` (``apply_changes``). It is idempotent: run it again on the same
-or a grown segment directory and only new changes are applied.
+builds the catalog, then for every table decodes its typed changes and merges them into
+the Delta table ``out/<schema.table>`` (``apply_changes``). It is idempotent: run it
+again on the same or a grown segment directory and only new changes are applied. A
+table that fails does not stop the others; the run then ends with ``ApplyError``, which
+names the tables committed (with their positions) and those not.
 """
 
 from __future__ import annotations
@@ -15,16 +17,16 @@ import time
 __all__ = ["run_pipeline", "add_arguments", "run", "DESCRIPTION"]
 
 DESCRIPTION = """\
-Decodes a capture directory (pgoutput-fast capture) with Spark and applies the changes
-to one Parquet snapshot per table under --out (a new version per run, switched
-atomically; changes already applied are skipped, so re-running is safe).
+Decodes a capture directory (pgoutput-fast capture) with Spark and merges the changes
+into one Delta Lake table per table under --out (only the files holding the changed keys
+are rewritten; each commit records its position, so re-running is safe).
 """
 
 
 def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, events_rate=False,
-                 log=None, threads=4) -> dict:
+                 log=None, threads=4, storage_options=None, change_data_feed=False) -> dict:
     """Decode + apply every table (or ``tables``). Returns timings and per-table results."""
-    from .apply import apply_changes
+    from .apply import ApplyError, apply_changes
     from .decode import build_catalog, decode, read_segments, segment_groups, tables_of
 
     say = log or (lambda *a: None)
@@ -46,8 +48,14 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
     t1 = time.perf_counter()
 
     def one(name):
-        typed = decode(df, catalog, table=name)
-        return name, apply_changes(typed, out, column_defaults=(column_defaults or {}).get(name))
+        try:
+            typed = decode(df, catalog, table=name)
+            return name, apply_changes(typed, out,
+                                       column_defaults=(column_defaults or {}).get(name),
+                                       storage_options=storage_options,
+                                       change_data_feed=change_data_feed), None
+        except Exception as exc:  # reported below with the other tables' positions
+            return name, None, exc
 
     # tables are independent: a few at a time keeps the cores busy between small jobs
     from concurrent.futures import ThreadPoolExecutor
@@ -55,20 +63,31 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
     with ThreadPoolExecutor(max(1, threads)) as pool:
         done = list(pool.map(one, tables or tables_of(catalog)))
     changes = 0
-    for name, r in done:
+    errors = {}
+    for name, r, exc in done:
+        if exc is not None:
+            errors[name] = exc
+            continue
         res["tables"][name] = r
         changes += r["changes"]
-        say(f"{name}: {r['changes']:,} changes -> version {r['version']}, {r['rows']:,} rows"
-            + (" (nothing new)" if r["skipped"] else ""))
+        say(f"{name}: {r['changes']:,} changes -> Delta version {r['version']}"
+            + (" (nothing new)" if r["skipped"] else
+               f" (+{r['inserted']:,} ~{r['updated']:,} -{r['deleted']:,} rows, "
+               f"{r['files_added']} files written, {r['files_removed']} replaced)"))
+    df.unpersist()
+    if errors:
+        raise ApplyError(res["tables"], errors) from next(iter(errors.values()))
     res["apply_seconds"] = time.perf_counter() - t1
     res["changes"] = changes
-    df.unpersist()
     return res
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--segments", required=True, metavar="DIR", help="capture directory")
-    p.add_argument("--out", required=True, metavar="DIR", help="snapshot directory")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="directory (or URI) of the Delta tables, one per table")
+    p.add_argument("--change-data-feed", action="store_true",
+                   help="create the tables with Delta's change data feed on")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument("--table", action="append", metavar="SCHEMA.NAME",
                    help="only these tables (repeatable)")
@@ -80,7 +99,8 @@ def run(args) -> int:
     spark = get_spark(args.master)
     try:
         res = run_pipeline(spark, args.segments, args.out, tables=args.table,
-                           log=lambda m: print(m, flush=True))
+                           log=lambda m: print(m, flush=True),
+                           change_data_feed=args.change_data_feed)
     finally:
         spark.stop()
     secs = max(res["apply_seconds"], 1e-9)

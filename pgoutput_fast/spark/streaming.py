@@ -1,7 +1,7 @@
 """Structured Streaming over a growing capture directory: decode + apply per micro-batch.
 
-    query = start_stream(spark, "/data/cdc", "/data/snapshots",
-                         checkpoint="/data/snapshots/_stream_checkpoint")
+    query = start_stream(spark, "/data/cdc", "/data/tables",
+                         checkpoint="/data/tables/_stream_checkpoint")
     query.awaitTermination()
 
 The stream source is Spark's file source over the directory's ``*.parquet`` files. It
@@ -11,11 +11,11 @@ only says *that* new segments arrived, and its checkpoint makes Spark remember w
 groups already done, gives the closed groups. Those are read in order, the catalog is
 extended with their Relation/Type messages, and every table is decoded and applied.
 The progress (the last segment done and the catalog) is kept in
-``OUT/_stream_state.json``, replaced atomically after the snapshots.
+``OUT/_stream_state.json``, replaced atomically after the tables' commits.
 
-Exactly once: a batch that crashes after some snapshots switched but before the state
-file was replaced is run again, and the snapshots' LSN guard skips what they already
-hold. A group that is still open waits for a later batch, which only a new segment
+Exactly once: a batch that crashes after some tables committed but before the state
+file was replaced is run again, and each Delta table's recorded position skips what it
+already holds. A group that is still open waits for a later batch, which only a new segment
 triggers. The capture writes one at least every ``--segment-seconds`` while data flows.
 """
 
@@ -50,7 +50,7 @@ def _save(out, state):
 
 def process_new_segments(spark, segments, out, *, column_defaults=None) -> dict:
     """Decode and apply the closed segment groups not done yet (one micro-batch)."""
-    from .apply import apply_changes
+    from .apply import ApplyError, apply_changes
     from .decode import SegmentCatalog, build_catalog, decode, read_segments, segment_groups, tables_of
 
     state = _load(out)
@@ -68,10 +68,18 @@ def process_new_segments(spark, segments, out, *, column_defaults=None) -> dict:
     rows = [(o, lsn, data) for o, lsn, data in old.control + new.control]
     catalog = SegmentCatalog.from_control(rows, binary=new.binary or old.binary)
     changes = 0
+    results, errors = {}, {}
     for name in tables_of(catalog):
-        r = apply_changes(decode(df, catalog, table=name), out,
-                          column_defaults=(column_defaults or {}).get(name))
+        try:
+            r = apply_changes(decode(df, catalog, table=name), out,
+                              column_defaults=(column_defaults or {}).get(name))
+        except Exception as exc:  # the others still apply; the batch then fails as a whole
+            errors[name] = exc
+            continue
+        results[name] = r
         changes += r["changes"]
+    if errors:
+        raise ApplyError(results, errors) from next(iter(errors.values()))
     _save(out, {"last_segment": segno(groups[-1]["paths"][-1]), "catalog": catalog.to_dict()})
     return {"groups": len(groups), "changes": changes}
 

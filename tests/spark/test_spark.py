@@ -7,7 +7,7 @@ and prepared transactions span segments. For each mode:
 
 * ``decode(table=...)`` of every table, mapped back to the decoder's Arrow types and
   replayed into a ``TableImage``, equals ``SELECT *``;
-* ``apply_changes`` of every table gives a Parquet snapshot equal to ``SELECT *``, and
+* ``apply_changes`` of every table gives a Delta table equal to ``SELECT *``, and
   applying the same segments again changes nothing (the LSN guard).
 
 The workload adds ``races``: ADD COLUMN followed by two transactions committing in the
@@ -170,29 +170,32 @@ def test_decode_typed_equals_postgres(world, spark, binary):
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("binary", MODES)
-def test_apply_snapshot_equals_postgres_and_replay_is_noop(world, spark, tmp_path, binary):
-    """apply_changes per table: snapshot == SELECT *; the same segments again: no change."""
+def test_apply_delta_equals_postgres_and_replay_is_noop(world, spark, tmp_path, binary):
+    """apply_changes per table: each Delta table == SELECT *; the same segments again:
+    no commit, no change."""
     from pgoutput_fast import demo, spark as pgs
 
     target = str(tmp_path / "snap")
     df = pgs.read_segments(spark, world["dirs"][binary])
     catalog = pgs.build_catalog(df)
     names = pgs.tables_of(catalog)
+    versions = {}
     for name in names:
         r = pgs.apply_changes(pgs.decode(df, catalog, table=name), target,
                               column_defaults=_defaults().get(name))
-        assert r["version"] == 1 and not r["skipped"], r
-    img = pgs.SnapshotImage(target, catalog, binary)
+        assert r["version"] is not None and not r["skipped"], r
+        versions[name] = r["version"]
+    img = pgs.DeltaImage(target, catalog, binary)
     results = [demo.compare_with_truth(t, img, binary) for t in world["truths"]]
     bad = [(r.name, r.problems[:3]) for r in results if not r.ok]
     assert not bad, bad
-    # a replay of the same segments (re-read, re-decoded): the LSN guard skips everything
+    # a replay of the same segments (re-read, re-decoded): each table's position skips all
     df2 = pgs.read_segments(spark, world["dirs"][binary])
     for name in names:
         r = pgs.apply_changes(pgs.decode(df2, catalog, table=name), target,
                               column_defaults=_defaults().get(name))
-        assert r["skipped"] and r["version"] == 1, r
-    img2 = pgs.SnapshotImage(target, catalog, binary)
+        assert r["skipped"] and r["version"] == versions[name], r
+    img2 = pgs.DeltaImage(target, catalog, binary)
     again = [demo.compare_with_truth(t, img2, binary) for t in world["truths"]]
     assert [(r.right_rows, r.right_sum) for r in again] == [(r.right_rows, r.right_sum) for r in results]
     assert all(r.ok for r in again)
@@ -201,7 +204,7 @@ def test_apply_snapshot_equals_postgres_and_replay_is_noop(world, spark, tmp_pat
 @pytest.mark.postgres
 def test_streaming_growing_directory_and_views(world, spark, tmp_path):
     """readStream + foreachBatch over a directory that grows in two steps: after each
-    run the snapshots hold exactly the closed groups; at the end == SELECT *. Then the
+    run the Delta tables hold exactly the closed groups; at the end == SELECT *. Then the
     Debezium and Delta CDF views of the change events."""
     import json
     import shutil
@@ -243,7 +246,7 @@ def test_streaming_growing_directory_and_views(world, spark, tmp_path):
     publish(len(paths))
     run()
     catalog = pgs.build_catalog(pgs.read_segments(spark, src))
-    img = pgs.SnapshotImage(out, catalog, True)
+    img = pgs.DeltaImage(out, catalog, True)
     bad = [(r.name, r.problems[:3]) for r in (demo.compare_with_truth(t, img, True) for t in world["truths"])
            if not r.ok]
     assert not bad, bad
@@ -379,7 +382,7 @@ def test_decode_udf_rows_in_any_order(world, spark, binary):
 @pytest.mark.postgres
 def test_apply_events_equals_postgres(world, spark, tmp_path):
     """apply_changes of the change-event DataFrame (text values, typed by the catalog) of
-    the binary capture (so unknown types come back from hex too): every table's snapshot
+    the binary capture (so unknown types come back from hex too): every Delta table
     == SELECT *; applying the events again changes nothing."""
     from pgoutput_fast import demo, spark as pgs
 
@@ -392,14 +395,15 @@ def test_apply_events_equals_postgres(world, spark, tmp_path):
         pgs.apply_changes(events, target)
     results = pgs.apply_changes(events, target, catalog=catalog, column_defaults=_defaults())
     assert sorted(results) == pgs.tables_of(catalog)
-    assert all(r["version"] == 1 and not r["skipped"] for r in results.values()), results
-    img = pgs.SnapshotImage(target, catalog, binary)
+    assert all(r["version"] is not None and not r["skipped"] for r in results.values()), results
+    img = pgs.DeltaImage(target, catalog, binary)
     checked = [demo.compare_with_truth(t, img, binary) for t in world["truths"]]
     bad = [(r.name, r.problems[:3]) for r in checked if not r.ok]
     assert not bad, bad
     assert sum(r.right_rows for r in checked) > 1000
     again = pgs.apply_changes(events, target, catalog=catalog, column_defaults=_defaults())
-    assert all(r["skipped"] and r["version"] == 1 for r in again.values()), again
+    assert all(r["skipped"] and r["version"] == results[n]["version"]
+               for n, r in again.items()), again
 
 
 _CONNECT_SCRIPT = r"""
