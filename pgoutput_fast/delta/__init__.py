@@ -28,7 +28,21 @@ from .commit import (APP_ID, POSITION_KEY, BatchResult, DeltaApplyError, DeltaCo
                      applied_position, commit_batch, open_table, table_uri)
 from .reduce import change_events, full_events, reduce_events, reduce_full
 
-__all__ = ["apply_changeset", "apply_table", "read_table", "DeltaImage", "table_uri",
+
+class ApplyError(DeltaApplyError):
+    """A run over several tables failed for some: ``results`` holds the tables that
+    committed (with their positions), ``errors`` the others (they are at their previous
+    positions; a rerun continues)."""
+
+    def __init__(self, results: dict, errors: dict):
+        self.results, self.errors = results, errors
+        done = ", ".join(f"{n} at {r.get('applied')}" for n, r in sorted(results.items())) or "none"
+        failed = "; ".join(f"{n}: {e}" for n, e in sorted(errors.items()))
+        super().__init__(f"{len(errors)} of {len(errors) + len(results)} tables not applied "
+                         f"({failed}); committed: {done}; run the apply again to continue: "
+                         "each table resumes from its own position")
+
+__all__ = ["apply_changeset", "apply_table", "ApplyError", "read_table", "DeltaImage", "table_uri",
            "applied_position", "table_mode", "filter_after", "BatchResult", "DeltaApplyError",
            "DeltaConflict", "APP_ID", "POSITION_KEY", "HIDDEN_COLUMNS"]
 
@@ -112,8 +126,26 @@ def apply_table(typed: pa.Table, target, table: str, *, keys, replident: str, co
                         configuration=config or None, column_defaults=column_defaults)
 
 
-def _unify(tables: list) -> pa.Table:
-    schema = pa.unify_schemas([t.schema for t in tables], promote_options="permissive")
+def _unify(tables: list, table: str = "") -> pa.Table:
+    try:
+        schema = pa.unify_schemas([t.schema for t in tables], promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        seen: dict = {}
+        for t in tables:
+            for f in t.schema:
+                old = seen.setdefault(f.name, f.type)
+                if old != f.type:
+                    try:
+                        pa.unify_schemas([pa.schema([pa.field("x", old)]),
+                                          pa.schema([pa.field("x", f.type)])],
+                                         promote_options="permissive")
+                    except (pa.ArrowTypeError, pa.ArrowInvalid):
+                        raise DeltaApplyError(
+                            f"{table}: column {f.name!r} changed type from {old} to {f.type} "
+                            "(ALTER COLUMN ... TYPE in PostgreSQL), which a Delta table cannot "
+                            "take in place: rewrite the table's column, or apply to a new "
+                            "target (nothing of this batch was written)") from None
+        raise
     out = []
     for t in tables:
         cols = []
@@ -152,10 +184,11 @@ def apply_changeset(changeset, target, *, tables=None, storage_options: dict | N
                     change_data_feed: bool = False, column_defaults: dict | None = None,
                     binary: bool | None = None) -> dict:
     """Merge a ``ChangeSet``'s typed tables (``Decoder(tables=True)``) into Delta tables
-    under ``target``; ``{table: BatchResult}``. Every table is reduced before any is
-    committed, so a known problem (a type change Delta cannot take, updates without a
-    key) stops the batch before anything is written; a failure while committing names
-    the tables already committed (a rerun continues from each table's position).
+    under ``target``; ``{table: BatchResult}``. Each table commits on its own (Delta has
+    no transaction across tables); a table that cannot be applied (a type change Delta
+    cannot take, updates without a key) is left at its position while the others
+    commit, and ``ApplyError`` then names every table's state: a rerun continues from
+    each table's own position.
 
     ``binary``: whether the capture was in binary mode. Types PostgreSQL's stream does
     not name (enums, domains of them, extension types) are bytes in binary mode and
@@ -168,15 +201,16 @@ def apply_changeset(changeset, target, *, tables=None, storage_options: dict | N
     for version, t in changeset.table_versions:
         by_name.setdefault(version.qualified_name, []).append((version, t))
     results: dict = {}
+    errors: dict = {}
     for name in sorted(by_name):
         if tables is not None and name not in tables:
             continue
         parts = by_name[name]
         last = max(parts, key=lambda p: p[0].version)[0]
         defaults = (column_defaults or {}).get(name) or {}
-        typed = _unify([_with_defaults(to_storage_table(_mode_types(t, version, binary)),
-                                       version, defaults) for version, t in parts])
         try:
+            typed = _unify([_with_defaults(to_storage_table(_mode_types(t, version, binary)),
+                                           version, defaults) for version, t in parts], name)
             results[name] = apply_table(typed, target, name, keys=last.key_columns,
                                         replident=last.replident,
                                         columns=[c for c in typed.column_names
@@ -184,10 +218,10 @@ def apply_changeset(changeset, target, *, tables=None, storage_options: dict | N
                                         storage_options=storage_options,
                                         change_data_feed=change_data_feed,
                                         column_defaults=defaults)
-        except DeltaApplyError as exc:
-            done = ", ".join(f"{n} at {r.get('applied')}" for n, r in results.items()) or "none"
-            raise DeltaApplyError(f"{exc} [tables committed before it: {done}; the others are "
-                                  "at their previous positions]") from exc
+        except DeltaApplyError as exc:    # the other tables still apply
+            errors[name] = exc
+    if errors:
+        raise ApplyError(results, errors) from next(iter(errors.values()))
     return results
 
 

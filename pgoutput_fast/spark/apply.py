@@ -28,25 +28,12 @@ import contextlib
 import pyarrow as pa
 
 from ..catalog import RelationCatalog
+from ..delta import ApplyError
 from ..types import K_ARRAY, K_UNKNOWN
 
 __all__ = ["apply_changes", "events_to_typed", "ApplyError", "DeltaImage", "read_table"]
 
 _META = "pgoutput_fast"
-
-
-class ApplyError(Exception):
-    """A run over several tables failed for some: ``results`` holds the tables that
-    committed (with their positions), ``errors`` the others (they are at their previous
-    positions; a rerun continues)."""
-
-    def __init__(self, results: dict, errors: dict):
-        self.results, self.errors = results, errors
-        done = ", ".join(f"{n} at {r.get('applied')}" for n, r in sorted(results.items())) or "none"
-        failed = "; ".join(f"{n}: {e}" for n, e in sorted(errors.items()))
-        super().__init__(f"{len(errors)} of {len(errors) + len(results)} tables not applied "
-                         f"({failed}); committed: {done}; run the apply again to continue: "
-                         "each table resumes from its own position")
 
 
 def _table_meta(df) -> dict:

@@ -8,13 +8,13 @@ captured in each protocol variant, decoded, and applied to Delta tables with
 everything again. Each table read back through delta-rs equals PostgreSQL's rows.
 """
 
-import pyarrow as pa
 import pytest
 
-import pgoutput_fast
-from pgoutput_fast.delta import DeltaImage, apply_changeset, read_table, table_uri
-from tests.decoder.test_decoder_pg import (ADDED_COLUMN_DEFAULTS, BY_NAME, VARIANT_NAMES,  # noqa: F401
-                                           _diff_key, _diff_rows, _report, decoded, world)
+from pgoutput_fast.delta import DeltaImage, apply_changeset, table_uri
+# the module-scoped fixtures of the decoder's PostgreSQL tests: one workload, captured
+from tests.decoder.test_decoder_pg import (ADDED_COLUMN_DEFAULTS, BY_NAME, VARIANT_NAMES,
+                                           _diff_key, _diff_rows, _report)
+from tests.decoder.test_decoder_pg import decoded, world  # noqa: F401
 
 pytestmark = pytest.mark.postgres
 
