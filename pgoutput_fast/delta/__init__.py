@@ -25,7 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .commit import (APP_ID, POSITION_KEY, BatchResult, DeltaApplyError, DeltaConflict,
-                     applied_position, commit_batch, open_table, table_uri)
+                     applied_columns, applied_position, check_renames, commit_batch, open_table,
+                     table_uri)
 from .reduce import change_events, full_events, reduce_events, reduce_full
 
 
@@ -81,16 +82,31 @@ def _last_position(t: pa.Table, where=None):
 
 def apply_table(typed: pa.Table, target, table: str, *, keys, replident: str, columns,
                 storage_options: dict | None = None, change_data_feed: bool = False,
-                configuration: dict | None = None,
-                column_defaults: dict | None = None) -> BatchResult:
+                configuration: dict | None = None, column_defaults: dict | None = None,
+                version_columns: list | None = None,
+                renames: dict | None = None) -> BatchResult:
     """Merge one table's typed changes (the decoder's typed table, one or several
-    relation versions concatenated; storage or decoder types) into its Delta table."""
+    relation versions concatenated; storage or decoder types) into its Delta table.
+    ``version_columns``: the relation's column names, in order, of each version the
+    batch's new changes use, oldest first (checked against the table's last ones for a
+    rename); ``renames``: ``{old: new}`` or ``{old: None}`` settles a change that may be
+    a rename (``check_renames``)."""
     from ..storage_types import to_storage_table
 
     keys, columns = list(keys), list(columns)
     uri = table_uri(target, table)
     dt = open_table(uri, storage_options)
     position = applied_position(dt)
+    renamed: dict = {}
+    if version_columns and dt is not None:
+        prev = applied_columns(dt)
+        for cols in version_columns:
+            for old, new in check_renames(table, prev, list(cols), renames or {}).items():
+                # the table's column 'old' is the batch's 'new' (or a later rename of it)
+                first = next((k for k, v in renamed.items() if v == old), old)
+                renamed[first] = new
+            prev = list(cols)
+    columns = [c for c in columns if c not in renamed]
     t = to_storage_table(typed)
     total = t.num_rows
     t = filter_after(t, position)
@@ -123,7 +139,8 @@ def apply_table(typed: pa.Table, target, table: str, *, keys, replident: str, co
     return commit_batch(dt, uri, table, mode=mode, keys=keys, columns=columns, final=final,
                         carries=carries, truncate=trunc is not None, position=last,
                         changes=t.num_rows + (trunc is not None), storage_options=storage_options,
-                        configuration=config or None, column_defaults=column_defaults)
+                        configuration=config or None, column_defaults=column_defaults,
+                        renamed=renamed)
 
 
 def _unify(tables: list, table: str = "") -> pa.Table:
@@ -171,6 +188,18 @@ def _mode_types(t: pa.Table, version, binary: bool | None) -> pa.Table:
     return t
 
 
+def _rename(t: pa.Table, old: str, new: str) -> pa.Table:
+    """Column ``old`` of a typed table as ``new``, in its unchanged-TOAST lists too."""
+    t = t.rename_columns([new if c == old else c for c in t.column_names])
+    toast = t.column("_unchanged_toast").combine_chunks()
+    flat = pc.list_flatten(toast)
+    if len(flat):
+        flat = pc.if_else(pc.equal(flat, old), pa.scalar(new), flat)
+        toast = pa.ListArray.from_arrays(toast.offsets, flat, mask=toast.is_null())
+        t = t.set_column(t.schema.get_field_index("_unchanged_toast"), "_unchanged_toast", toast)
+    return t
+
+
 def _with_defaults(t: pa.Table, version, defaults: dict) -> pa.Table:
     """Rows of a relation version without a column that has a default: the default
     (what PostgreSQL shows in rows that predate ADD COLUMN ... DEFAULT)."""
@@ -182,7 +211,7 @@ def _with_defaults(t: pa.Table, version, defaults: dict) -> pa.Table:
 
 def apply_changeset(changeset, target, *, tables=None, storage_options: dict | None = None,
                     change_data_feed: bool = False, column_defaults: dict | None = None,
-                    binary: bool | None = None) -> dict:
+                    binary: bool | None = None, renames: dict | None = None) -> dict:
     """Merge a ``ChangeSet``'s typed tables (``Decoder(tables=True)``) into Delta tables
     under ``target``; ``{table: BatchResult}``. Each table commits on its own (Delta has
     no transaction across tables); a table that cannot be applied (a type change Delta
@@ -194,7 +223,9 @@ def apply_changeset(changeset, target, *, tables=None, storage_options: dict | N
     not name (enums, domains of them, extension types) are bytes in binary mode and
     text otherwise; a batch with no value of such a column cannot tell, so say it when
     you know it (``column_defaults``: ``{table: {column: value}}``, the DEFAULT of a
-    column added by ALTER TABLE, which PostgreSQL gives the rows that predate it)."""
+    column added by ALTER TABLE, which PostgreSQL gives the rows that predate it).
+    ``renames``: ``{table: {old: new}}`` (or ``{old: None}``) settles a change of the
+    column list that may be a RENAME COLUMN (the error that stops on one says so)."""
     from ..storage_types import to_storage_table
 
     by_name: dict = {}
@@ -205,19 +236,45 @@ def apply_changeset(changeset, target, *, tables=None, storage_options: dict | N
     for name in sorted(by_name):
         if tables is not None and name not in tables:
             continue
-        parts = by_name[name]
-        last = max(parts, key=lambda p: p[0].version)[0]
+        parts = sorted(by_name[name], key=lambda p: p[0].version)
+        last = parts[-1][0]
+        # the versions with changes past the table's position (renames are checked
+        # along them, from the table's own columns)
+        position = applied_position(open_table(table_uri(target, name), storage_options))
+        new_parts = [(v, t) for v, t in parts if filter_after(t, position).num_rows]
         defaults = (column_defaults or {}).get(name) or {}
+        table_renames = (renames or {}).get(name) or {}
         try:
-            typed = _unify([_with_defaults(to_storage_table(_mode_types(t, version, binary)),
-                                           version, defaults) for version, t in parts], name)
+            tables_ = []
+            parts = new_parts or parts[-1:]
+            # a rename between two versions of this batch: the older rows' column under
+            # its latest name (renames compose along the versions)
+            final_name: list = [dict() for _ in parts]
+            for i in range(len(parts) - 2, -1, -1):
+                step = check_renames(name, list(parts[i][0].column_names),
+                                     list(parts[i + 1][0].column_names), table_renames)
+                later = final_name[i + 1]
+                final_name[i] = {c: later.get(step.get(c, c), step.get(c, c))
+                                 for c in parts[i][0].column_names
+                                 if later.get(step.get(c, c), step.get(c, c)) != c}
+            for i, (version, t) in enumerate(parts):
+                t = _with_defaults(to_storage_table(_mode_types(t, version, binary)), version,
+                                   defaults)
+                for old, new in final_name[i].items():
+                    if old in t.column_names and new not in t.column_names:
+                        t = _rename(t, old, new)
+                tables_.append(t)
+            typed = _unify(tables_, name)
             results[name] = apply_table(typed, target, name, keys=last.key_columns,
                                         replident=last.replident,
                                         columns=[c for c in typed.column_names
                                                  if not c.startswith("_")],
                                         storage_options=storage_options,
                                         change_data_feed=change_data_feed,
-                                        column_defaults=defaults)
+                                        column_defaults=defaults,
+                                        version_columns=[list(v.column_names)
+                                                         for v, _ in new_parts],
+                                        renames=table_renames)
         except DeltaApplyError as exc:    # the other tables still apply
             errors[name] = exc
     if errors:

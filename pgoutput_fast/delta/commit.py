@@ -93,6 +93,57 @@ def applied_position(dt) -> tuple | None:
     return int(version), _MAX_SEQ
 
 
+COLUMNS_KEY = "pgoutput_fast.columns"
+
+
+def applied_columns(dt) -> list | None:
+    """The relation's column names, in order, as of the last batch this package applied
+    to ``dt`` (None when unknown)."""
+    if dt is None:
+        return None
+    for info in dt.history(200):
+        raw = info.get(COLUMNS_KEY)
+        if raw:
+            return list(json.loads(raw))
+        if info.get(POSITION_KEY):
+            return None
+    return None
+
+
+def renamed_columns(before: list, after: list) -> list:
+    """``[(old, new)]``: positions where a column of ``before`` is gone and a column new
+    to ``after`` is in its place, with every other column in the same order. That is
+    RENAME COLUMN, or DROP of the last column and ADD of another: the Relation messages
+    cannot tell (they carry no column numbers)."""
+    pairs = []
+    for i in range(min(len(before), len(after))):
+        if before[i] != after[i] and before[i] not in after and after[i] not in before:
+            pairs.append((before[i], after[i]))
+    return pairs
+
+
+def check_renames(table: str, before: list | None, after: list, renames: dict) -> dict:
+    """The renames to apply between the column lists ``before`` and ``after``
+    (``{old: new}``; ``{old: None}``: dropped, not renamed). A change that could be a
+    rename and that ``renames`` does not settle is an error naming the columns."""
+    if not before:
+        return {}
+    out = {}
+    for old, new in renamed_columns(before, after):
+        if old in renames:
+            if renames[old] is not None:
+                out[old] = new
+            continue
+        raise DeltaApplyError(
+            f"{table}: column {old!r} is gone and {new!r} is new in its place: it was either "
+            f"RENAME COLUMN {old} TO {new} or DROP COLUMN {old} and ADD COLUMN {new} (the "
+            "stream does not say which); pass renames={" + repr(table) + ": {" + repr(old)
+            + ": " + repr(new) + "}} if it was a rename (the rows before it keep their "
+            "value, now under " + repr(new) + "), or renames={" + repr(table) + ": {"
+            + repr(old) + ": None}} if not; nothing of this table was written")
+    return out
+
+
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -380,6 +431,22 @@ def _nulls_as_target(source: pa.Table, target: pa.Schema) -> pa.Table:
     return source
 
 
+def _rename_in_table(dt, table: str, renamed: dict, storage_options):
+    """Rewrite ``dt`` once with columns renamed (``{old: new}``)."""
+    from deltalake import DeltaTable, write_deltalake
+
+    data = unview(dt.to_pyarrow_table())
+    names = [renamed.get(n, n) if n in renamed and renamed[n] not in data.column_names else n
+             for n in data.column_names]
+    if names == data.column_names:
+        return dt
+    data = data.rename_columns(names)
+    log.warning("%s: columns renamed %s: the table was rewritten once", table, renamed)
+    write_deltalake(dt, data, mode="overwrite", schema_mode="overwrite",
+                    writer_properties=_writer_properties())
+    return DeltaTable(dt.table_uri, storage_options=storage_options)
+
+
 def _rewrite_table(dt, table: str, widen: list, defaults: dict, stored: pa.Schema,
                    storage_options) -> object:
     """Rewrite ``dt`` once (one overwrite commit): columns widened (``widen``), and
@@ -407,7 +474,8 @@ def commit_batch(dt, uri: str, table: str, *, mode: str, keys: list, columns: li
                  final: pa.Table, carries: pa.Table | None, truncate: bool, position: tuple,
                  changes: int, storage_options: dict | None = None,
                  configuration: dict | None = None,
-                 column_defaults: dict | None = None) -> BatchResult:
+                 column_defaults: dict | None = None,
+                 renamed: dict | None = None) -> BatchResult:
     """Write one reduced batch (``reduce_events`` / ``reduce_full`` / the inserts of an
     append-only table) to the Delta table at ``uri`` in one commit, with its position.
     ``dt`` is the table as it was when the batch's starting position was read (None: no
@@ -417,7 +485,8 @@ def commit_batch(dt, uri: str, table: str, *, mode: str, keys: list, columns: li
     result = BatchResult(table=table, uri=uri, changes=changes, applied=list(position),
                          skipped=False, missing=0, inserted=0, updated=0, deleted=0,
                          files_added=0, files_removed=0)
-    props = _commit_properties(table, position, {"pgoutput_fast.changes": str(changes)})
+    props = _commit_properties(table, position, {"pgoutput_fast.changes": str(changes),
+                                                 COLUMNS_KEY: json.dumps(list(columns))})
     extra = ["_row_hash", "_dup"] if mode == "full" else []
     wp = _writer_properties()
 
@@ -435,6 +504,8 @@ def commit_batch(dt, uri: str, table: str, *, mode: str, keys: list, columns: li
         raise AssertionError("a batch without actions")
     stored = pa.schema([source.schema.field(c) for c in columns + STORED_META + extra])
 
+    if dt is not None and renamed:
+        dt = _rename_in_table(dt, table, renamed, storage_options)
     if dt is not None and not truncate:
         target = _target_schema(dt)
         source = _nulls_as_target(source, target)

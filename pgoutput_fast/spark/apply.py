@@ -56,7 +56,7 @@ def read_table(target, table, storage_options=None):
 
 def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = None,
                   table: str | None = None, catalog=None, storage_options: dict | None = None,
-                  change_data_feed: bool = False):
+                  change_data_feed: bool = False, renames: dict | None = None):
     """Merge changes into the Delta tables under ``target`` (module doc).
 
     ``changes`` is either
@@ -74,7 +74,9 @@ def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = 
 
     ``change_data_feed`` creates new tables with Delta's change data feed on
     (``delta.enableChangeDataFeed``: inserts, update pre-/post-images and deletes for
-    downstream readers).
+    downstream readers). ``renames`` (``{column: new}``, for events ``{table: {...}}``)
+    settles a change of the column list that may be a RENAME COLUMN (the error that
+    stops on one says so).
     """
     if _is_events(changes):
         if catalog is None:
@@ -95,7 +97,8 @@ def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = 
                         results[name] = _apply_typed(
                             events_to_typed(events, catalog, name), target, keys,
                             column_defaults=defaults.get(name), storage_options=storage_options,
-                            change_data_feed=change_data_feed)
+                            change_data_feed=change_data_feed,
+                            renames=(renames or {}).get(name))
                     except Exception as exc:  # reported with the others' positions
                         errors[name] = exc
             finally:
@@ -104,7 +107,8 @@ def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = 
             raise ApplyError(results, errors) from next(iter(errors.values()))
         return results
     return _apply_typed(changes, target, keys, column_defaults=column_defaults, table=table,
-                        storage_options=storage_options, change_data_feed=change_data_feed)
+                        storage_options=storage_options, change_data_feed=change_data_feed,
+                        renames=renames)
 
 
 def _position_filter(df, position):
@@ -117,9 +121,48 @@ def _position_filter(df, position):
                     ((F.col("_commit_lsn") == c0) & (F.col("_seq") > s0)))
 
 
+def _renames(df, table, dt, used: list, columns: list, renames: dict):
+    """Renames along the versions the batch uses (``[(version, column names)]``), from
+    the Delta table's last columns (``pgoutput_fast.delta.commit.check_renames``):
+    the rows of older versions get the column under its latest name; returns
+    ``(df, columns, {table column: new name})``."""
+    from pyspark.sql import functions as F
+
+    from ..delta.commit import applied_columns, check_renames
+
+    renamed: dict = {}
+    prev = applied_columns(dt)
+    for _, cols in used:
+        for old, new in check_renames(table, prev, cols, renames).items():
+            first = next((k for k, v in renamed.items() if v == old), old)
+            renamed[first] = new
+        prev = cols
+    # within the batch: version i's column under the name of the last version
+    final_name: dict = {}
+    for i in range(len(used) - 2, -1, -1):
+        step = check_renames(table, used[i][1], used[i + 1][1], renames)
+        later = final_name.get(used[i + 1][0], {})
+        final_name[used[i][0]] = {c: later.get(step.get(c, c), step.get(c, c))
+                                  for c in used[i][1]
+                                  if later.get(step.get(c, c), step.get(c, c)) != c}
+    for v, mapping in final_name.items():
+        for old, new in mapping.items():
+            if old in df.columns and new in df.columns:
+                mine = F.col("_version") == v
+                df = df.withColumn(new, F.when(mine, F.col(old)).otherwise(F.col(new)))
+                df = df.withColumn("_unchanged_toast", F.when(
+                    mine, F.transform("_unchanged_toast",
+                                      lambda x: F.when(x == old, F.lit(new)).otherwise(x)))
+                    .otherwise(F.col("_unchanged_toast")))
+    gone = {old for m in final_name.values() for old in m} | set(renamed)
+    last = used[-1][1] if used else columns
+    columns = [c for c in columns if c not in gone or c in last]
+    return df, columns, renamed
+
+
 def _apply_typed(changes, target, keys=None, *, column_defaults: dict | None = None,
                  table: str | None = None, storage_options: dict | None = None,
-                 change_data_feed: bool = False):
+                 change_data_feed: bool = False, renames: dict | None = None):
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -135,7 +178,8 @@ def _apply_typed(changes, target, keys=None, *, column_defaults: dict | None = N
     replident = meta.get("replident", "d")
     columns = list(meta.get("columns") or [c for c in changes.columns if not c.startswith("_")])
     columns += [c for c in changes.columns if not c.startswith("_") and c not in columns]
-    versions = {int(k): set(v) for k, v in (meta.get("versions") or {}).items()}
+    ordered = {int(k): list(v) for k, v in (meta.get("versions") or {}).items()}
+    versions = {k: set(v) for k, v in ordered.items()}
     uri = table_uri(target, table)
     dt = open_table(uri, storage_options)
     position = applied_position(dt)
@@ -148,7 +192,8 @@ def _apply_typed(changes, target, keys=None, *, column_defaults: dict | None = N
             summary = ch.agg(F.count(F.lit(1)).alias("n"), F.max(pos).alias("last"),
                              F.max(F.when(F.col("_op") == "t", pos)).alias("trunc"),
                              F.sum(F.when(F.col("_op").isin("u", "d"), 1).otherwise(0))
-                             .alias("ud")).collect()[0]
+                             .alias("ud"),
+                             F.collect_set("_version").alias("versions")).collect()[0]
             if summary["n"] == 0:
                 return BatchResult(table=table, uri=uri, changes=0, skipped=True,
                                    applied=list(position) if position else None,
@@ -157,7 +202,10 @@ def _apply_typed(changes, target, keys=None, *, column_defaults: dict | None = N
                                    files_added=0, files_removed=0)
             last = (int(summary["last"]["c"]), int(summary["last"]["s"]))
             trunc = summary["trunc"]
-            body = ch
+            used = sorted(int(v) for v in summary["versions"])
+            body, columns, renamed = _renames(ch, table, dt, [(v, ordered[v]) for v in used
+                                                              if v in ordered],
+                                              columns, dict(renames or {}))
             if trunc is not None:
                 body = _position_filter(body, (trunc["c"], trunc["s"]))
             body = body.where(F.col("_op") != "t")
@@ -174,7 +222,7 @@ def _apply_typed(changes, target, keys=None, *, column_defaults: dict | None = N
                                 final=final, carries=carries, truncate=trunc is not None,
                                 position=last, changes=int(summary["n"]),
                                 storage_options=storage_options, configuration=config,
-                                column_defaults=column_defaults)
+                                column_defaults=column_defaults, renamed=renamed)
         finally:
             ch.unpersist()
 
