@@ -543,7 +543,12 @@ def commit_batch(dt, uri: str, table: str, *, mode: str, keys: list, columns: li
             else:
                 on = keys
             predicate = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in on)
+            # not streamed: delta-rs then prunes the target's files by the source's key
+            # ranges (a batch of recent keys reads and rewrites only the files that
+            # hold them; bench_delta: 2.5x faster); the source is the reduced batch, one
+            # row per touched key, already in memory
             merger = dt.merge(source, predicate, source_alias="s", target_alias="t",
+                              streamed_exec=False,
                               merge_schema=True, writer_properties=wp,
                               commit_properties=props)
             if mode == "key":
