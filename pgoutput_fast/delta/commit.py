@@ -366,6 +366,57 @@ def resolve_toast(dt, final: pa.Table, carries: pa.Table, keys: list, columns: l
     return out, missing
 
 
+#: a batch whose keys fall in at least this share of the table's files (by the files'
+#: key statistics) replaces the table in one overwrite instead of a MERGE: a MERGE would
+#: read and rewrite about as much, more slowly (bench_delta: merge-random)
+REWRITE_SHARE = 0.6
+
+
+def _touched_share(dt, key: str, keys: pa.Array) -> float:
+    """The share of ``dt``'s bytes in files whose key range holds one of ``keys``
+    (0 when the files carry no statistics for the key)."""
+    adds = dt.get_add_actions(flatten=True)
+    adds = adds if isinstance(adds, pa.Table) else pa.table(adds)
+    if f"min.{key}" not in adds.column_names or adds.num_rows == 0:
+        return 0.0
+    lo, hi = adds.column(f"min.{key}"), adds.column(f"max.{key}")
+    sizes = adds.column("size_bytes").to_numpy()
+    try:
+        k = np.sort(keys.cast(lo.type).drop_null().to_numpy(zero_copy_only=False))
+        lo_v = lo.to_numpy(zero_copy_only=False)
+        hi_v = hi.to_numpy(zero_copy_only=False)
+        if lo.null_count or hi.null_count or k.dtype.kind not in "iuf":
+            return 0.0
+        first = np.searchsorted(k, lo_v, side="left")
+        last = np.searchsorted(k, hi_v, side="right")
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError, ValueError):
+        return 0.0
+    touched = last > first
+    return float(sizes[touched].sum() / max(sizes.sum(), 1))
+
+
+def _rewrite_keyed(dt, source: pa.Table, keys: list, stored: pa.Schema, props):
+    """The table with the batch applied, written in one overwrite commit: its rows
+    without the batch's keys, plus the batch's writes."""
+    from deltalake import write_deltalake
+
+    data = unview(dt.to_pyarrow_table())
+    (key,) = keys
+    values = source.column(key).combine_chunks()
+    values = values.cast(data.schema.field(key).type) if values.type != data.schema.field(key).type \
+        else values
+    keep = data.filter(pc.invert(pc.fill_null(pc.is_in(data.column(key), value_set=values),
+                                              False)))
+    writes = source.filter(pc.equal(source.column("_action"), "w")).drop_columns(["_action"])
+    schema = pa.schema(list(data.schema) + [f for f in writes.schema
+                                            if f.name not in data.schema.names])
+    new = pa.concat_tables([_conform(keep, schema), _conform(writes, schema)])
+    write_deltalake(dt, new, mode="overwrite", schema_mode="merge",
+                    writer_properties=_writer_properties(), commit_properties=props)
+    return {"num_target_rows_inserted": writes.num_rows,
+            "num_target_rows_deleted": data.num_rows - keep.num_rows}
+
+
 def _commit_properties(table: str, position: tuple, extra: dict | None = None):
     from deltalake import CommitProperties, Transaction
 
@@ -412,7 +463,7 @@ def stats_columns(schema: pa.Schema) -> str:
 def _writer_properties():
     from deltalake import WriterProperties
 
-    return WriterProperties(compression="ZSTD")
+    return WriterProperties(compression="ZSTD", compression_level=1)
 
 
 def _stored_schema(final: pa.Table, columns: list, extra: list) -> pa.Schema:
@@ -542,6 +593,15 @@ def commit_batch(dt, uri: str, table: str, *, mode: str, keys: list, columns: li
                 on = ["_row_hash", "_dup"]
             else:
                 on = keys
+            cdf = (dt.metadata().configuration or {}).get("delta.enableChangeDataFeed") == "true"
+            if mode == "key" and len(keys) == 1 and not cdf and \
+                    _touched_share(dt, keys[0], source.column(keys[0])) >= REWRITE_SHARE:
+                metrics = _rewrite_keyed(dt, source, keys, stored, props)
+                result.update(inserted=metrics["num_target_rows_inserted"],
+                              deleted=metrics["num_target_rows_deleted"], rewritten=True)
+                dt2 = open_table(uri, storage_options)
+                result.update(version=dt2.version() if dt2 is not None else None)
+                return result
             predicate = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in on)
             # not streamed: delta-rs then prunes the target's files by the source's key
             # ranges (a batch of recent keys reads and rewrites only the files that
