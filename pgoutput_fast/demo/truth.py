@@ -273,15 +273,21 @@ def table_truth(cur, schema, table, catalog: PgCatalog | None = None) -> TableTr
             slot["special"] = len(exprs)
             exprs.append(f"(array_ndims({c}) > 1 OR array_lower({c}, 1) <> 1)")
             slot["etext"] = len(exprs)
-            exprs.append(f"ARRAY(SELECT {_output_text('e')} FROM unnest({c}) WITH ORDINALITY AS u(e, i) ORDER BY i)")
+            if spec.elem.kind == "unknown":
+                # (unnest in the select list: in FROM, a composite element becomes columns)
+                # (and a composite whose fields are all null IS NULL, yet is no NULL
+                # element: the strict send function tells them apart)
+                exprs.append(f"ARRAY(SELECT CASE WHEN {spec.elem.send}(e) IS NULL THEN NULL "
+                             f"ELSE format('%s', e) END FROM (SELECT unnest({c}) AS e) AS u)")
+            else:
+                exprs.append(f"ARRAY(SELECT {_output_text('e')} FROM unnest({c}) WITH ORDINALITY AS u(e, i) ORDER BY i)")
             if spec.elem.expr:
                 slot["ex"] = len(exprs)
                 exprs.append(f"ARRAY(SELECT {spec.elem.expr.format(c='e')} "
                              f"FROM unnest({c}) WITH ORDINALITY AS u(e, i) ORDER BY i)")
             elif spec.elem.kind == "unknown":  # binary mode: the elements' send bytes
                 slot["esend"] = len(exprs)
-                exprs.append(f"ARRAY(SELECT {spec.elem.send}(e) "
-                             f"FROM unnest({c}) WITH ORDINALITY AS u(e, i) ORDER BY i)")
+                exprs.append(f"ARRAY(SELECT {spec.elem.send}(e) FROM (SELECT unnest({c}) AS e) AS u)")
                 slot["dims"] = len(exprs)
                 exprs.append(f"array_dims({c})")
         elif spec.kind == "unknown":

@@ -34,7 +34,7 @@ LABELS = ["sad", "ok", "happy", "c d", 'x"y', "a\\b", "a,b", "NULL", "{br}", "é
 
 ROWS = {  # id -> (m mood[], c comp[], p point[], d posint[]) as SQL literals
     1: ("""'{happy,NULL,"c d","x\\"y","a\\\\b","a,b","NULL","{br}",é,"tab\tx"}'""",
-        """ARRAY[ROW(1, 'a b')::{s}.comp, NULL, ROW(NULL, 'q"\\\\,(x)')::{s}.comp]""",
+        """ARRAY[ROW(1, 'a b')::{s}.comp, NULL, ROW(NULL, 'q"\\\\,(x)')::{s}.comp, ROW(NULL, NULL)::{s}.comp]""",
         "'{\"(1,2)\",NULL,\"(-0.5,1e+300)\"}'", "'{1,NULL,2147483647}'"),
     2: ("'{}'", "'{}'", "'{}'", "'{}'"),
     3: ("NULL", "NULL", "NULL", "NULL"),
@@ -55,7 +55,10 @@ def _pg_truth(cur):
     exprs = ["id"]
     for c in ARRAY_COLUMNS:
         f = send[c]
-        flat = f"ARRAY(SELECT {f}(e) FROM unnest({c}) WITH ORDINALITY AS u(e, i) ORDER BY i)"
+        # (unnest in the select list: in FROM, a composite element is spread into columns;
+        # a composite whose fields are all null IS NULL, yet is no NULL element: the strict
+        # send function tells them apart)
+        flat = f"ARRAY(SELECT {f}(e) FROM (SELECT unnest({c}) AS e) AS u)"
         two_d = (f"(SELECT array_agg(ARRAY(SELECT {f}({c}[i][j]) FROM generate_subscripts({c}, 2) j "
                  f"ORDER BY j) ORDER BY i) FROM generate_subscripts({c}, 1) i)")
         # PostgreSQL's text of a bytea[] of the element send bytes, in the array's shape
@@ -65,8 +68,8 @@ def _pg_truth(cur):
         exprs += [
             f"CASE WHEN {c} IS NULL THEN NULL ELSE format('%s', {c}) END",
             f"(array_ndims({c}) > 1 OR array_lower({c}, 1) <> 1)",
-            f"ARRAY(SELECT CASE WHEN e IS NULL THEN NULL ELSE format('%s', e) END "
-            f"FROM unnest({c}) WITH ORDINALITY AS u(e, i) ORDER BY i)",
+            f"ARRAY(SELECT CASE WHEN {f}(e) IS NULL THEN NULL ELSE format('%s', e) END "
+            f"FROM (SELECT unnest({c}) AS e) AS u)",
             flat,
             bytea_text,
         ]
@@ -107,7 +110,7 @@ def captured(request):
         cur.execute(f"CREATE PUBLICATION {PUB} FOR TABLE {TABLE}")
         cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (SLOT,))
         for rid, lits in ROWS.items():
-            m, c, p, d = (x.format(s=SCHEMA) for x in lits)
+            m, c, p, d = (x.replace("{s}", SCHEMA) for x in lits)
             cur.execute(f"INSERT INTO {TABLE} VALUES ({rid}, 0, {m}::{SCHEMA}.mood[], {c}::{SCHEMA}.comp[], "
                         f"{p}::point[], {d}::{SCHEMA}.posint[])".replace("%", "%%"))
         cur.execute(f"UPDATE {TABLE} SET n = n + 1")  # old and new row carry the arrays
