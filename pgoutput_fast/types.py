@@ -29,7 +29,14 @@ inet cidr macaddr macaddr8    string (PG text form)
 enum, other/unknown types     string in text mode, binary in binary mode
 domain                        its base type (through the Type message)
 one-dim arrays of the above   list<element>                               multi-dim / lower bound != 1 -> null + _special
+arrays of unknown types       list<string> in text mode (the elements'    multi-dim / lower bound != 1 -> null + _special
+(enum[], composite[], ...)    text), list<binary> in binary mode (their
+                              send bytes)
 ============================  ==========================================  =====================
+
+Arrays of unknown types are the built-in ones in UNKNOWN_ELEMENT_ARRAY_OIDS and the user
+types a Type message names ``_name`` (PostgreSQL's name of an array type), except those
+in NOT_COMMA_ARRAY_NAMES: these stay one string / binary value.
 """
 
 from __future__ import annotations
@@ -111,6 +118,21 @@ ARRAY_OIDS = {
     775: 774, 1014: 1042, 1015: 1043, 1182: 1082, 1183: 1083, 1115: 1114, 1185: 1184,
     1187: 1186, 1270: 1266, 1231: 1700, 2951: 2950, 3807: 3802,
 }
+
+#: built-in array types whose element type has no kind of its own (point[], money[],
+#: int4range[], regclass[], ...; PostgreSQL 15-17's pg_type, typinput array_in): arrays
+#: of K_UNKNOWN elements. box[] (1020) is left out: box's array delimiter is ';', not ','.
+UNKNOWN_ELEMENT_ARRAY_OIDS = frozenset({
+    210, 270, 271, 272, 273, 629, 719, 791, 1006, 1008, 1010, 1011, 1012, 1013, 1017, 1018,
+    1019, 1027, 1034, 1263, 1561, 1563, 2201, 2207, 2208, 2209, 2210, 2211, 2287, 2949, 3221,
+    3643, 3644, 3645, 3735, 3770, 3905, 3907, 3909, 3911, 3913, 3927, 4073, 4090, 4097, 4192,
+    5039, 6150, 6151, 6152, 6153, 6155, 6157,
+})
+
+#: array type names (from Type messages) whose element's array delimiter is not ',', so
+#: that their text form cannot be split without the catalog: box (';'), PostGIS's
+#: geometry and geography (':'). They stay K_UNKNOWN (one string / one binary value).
+NOT_COMMA_ARRAY_NAMES = frozenset({"_box", "_geometry", "_geography"})
 
 #: pg_catalog type name -> OID (Type messages name a domain's base type, not its OID)
 BUILTIN_NAMES = {
@@ -227,4 +249,22 @@ def resolve_column_type(type_oid: int, typmod: int, types=None) -> ColumnType:
         if elem is not None:
             return ColumnType(K_ARRAY, elem_kind=elem.kind, elem_precision=elem.precision,
                               elem_scale=elem.scale)
+    if oid in UNKNOWN_ELEMENT_ARRAY_OIDS or _is_array_name(oid, types):
+        # an array of a type without a kind (enum[], a composite's or a domain's array...):
+        # a list of the elements' text (text mode) or send bytes (binary mode)
+        return ColumnType(K_ARRAY, elem_kind=K_UNKNOWN)
     return ColumnType(K_UNKNOWN)
+
+
+def _is_array_name(oid: int, types) -> bool:
+    """A user type that a Type message names as an array: PostgreSQL names the array type
+    of ``x`` ``_x`` (its docs advise against other type names that start with ``_``).
+    The Type message of a domain names its base type, so a domain over an array counts."""
+    if types is None or oid in SCALAR_OIDS or oid in ARRAY_OIDS:
+        return False
+    t = types.get(oid)
+    if t is None:
+        return False
+    name = t[1]
+    return (name.startswith("_") and len(name) > 1 and name not in BUILTIN_NAMES
+            and name not in NOT_COMMA_ARRAY_NAMES)

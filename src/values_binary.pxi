@@ -506,13 +506,17 @@ cdef int bin_array(Column *c, const unsigned char *p, Py_ssize_t n, const char *
     """array_send into c.child (docs/protocol.md section 4.3); element OID ignored.
 
     Empty (ndim 0 or no items) -> empty list; ndim > 1 or lower bound != 1 -> 1 after
-    checking the framing; element length -1 -> null element.
+    checking the framing; element length -1 -> null element. An array of K_UNKNOWN
+    elements marks the column binary (any_binary) for every binary value, as a
+    K_UNKNOWN column does: its Arrow type is list<binary> then, list<string> from text.
     """
     cdef Column *child = c.child
     cdef Py_ssize_t start_rows = child.length, pos, nitems = 1, k
     cdef int32_t ndim, flags, dim, lb, elen
     cdef bint special = False
     cdef int i, r
+    if child.kind == K_UNKNOWN:
+        c.any_binary = 1
     if n < 12:
         why[0] = b"truncated binary array header"
         return -1

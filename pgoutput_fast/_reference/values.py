@@ -737,13 +737,13 @@ def parse_values(column_type: ColumnType, values):
                 raise ValueError(f"value format must be 't' or 'b', not {fmt!r}")
         except _Bad as exc:
             raise DecodeError(f"{exc} ({_kind_name(ct)} column)", None) from None
+        if fmt == "b" and ct.kind == K_ARRAY and ct.elem_kind == K_UNKNOWN:
+            binary_unknown = True  # every binary array value, empty or special ones too
         if value is SPECIAL:
             specials.append(row)
             value = None
         elif fmt == "b" and ct.kind == K_UNKNOWN:
             binary_unknown = True
-        elif fmt == "b" and ct.kind == K_ARRAY and ct.elem_kind == K_UNKNOWN and value:
-            binary_unknown = binary_unknown or any(e is not None for e in value)
         out.append(value)
     arrow_type = ct.arrow_type(binary_unknown=binary_unknown)
     return _to_arrow(ct.kind, out, arrow_type, ct), specials

@@ -123,7 +123,7 @@ class TypeSpec(NamedTuple):
     """What PostgreSQL's catalog says a column must decode to."""
 
     kind: str                  # 'scalar' | 'array' | 'unknown'
-    arrow: pa.DataType | None  # for 'unknown' it depends on the mode
+    arrow: pa.DataType | None  # for 'unknown' and arrays of 'unknown' it depends on the mode
     expr: str | None           # SQL template of the exact value ({c} = column)
     conv: object
     elem: "TypeSpec | None" = None
@@ -132,6 +132,8 @@ class TypeSpec(NamedTuple):
     def arrow_type(self, binary: bool) -> pa.DataType:
         if self.kind == "unknown":
             return pa.binary() if binary else pa.string()
+        if self.kind == "array" and self.elem.kind == "unknown":
+            return pa.list_(self.elem.arrow_type(binary))
         return self.arrow
 
 
@@ -147,7 +149,8 @@ class PgCatalog:
         if row is None:
             self.cur.execute(
                 "SELECT t.typname, n.nspname, t.typtype, t.typbasetype, t.typtypmod, t.typelem, "
-                "t.typlen, t.typsend::regproc::text FROM pg_type t "
+                "t.typlen, t.typsend::regproc::text, t.typinput::regproc::text, t.typdelim "
+                "FROM pg_type t "
                 "JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.oid = %s", (oid,))
             row = self._types[oid] = self.cur.fetchone()
         return row
@@ -157,7 +160,7 @@ class PgCatalog:
         return typname if nsp == "pg_catalog" else f"{nsp}.{typname}"
 
     def spec(self, oid, typmod, *, allow_array=True) -> TypeSpec:
-        typname, nsp, typtype, base, base_typmod, elem, typlen, send = self.type_row(oid)
+        typname, nsp, typtype, base, base_typmod, elem, typlen, send, typinput, _ = self.type_row(oid)
         if typtype == "d":  # a domain decodes as its base type
             return self.spec(base, base_typmod if typmod == -1 else typmod, allow_array=allow_array)
         if nsp == "pg_catalog":
@@ -174,6 +177,13 @@ class PgCatalog:
                 e = self.spec(elem, typmod, allow_array=False)
                 if e.kind == "scalar" and self.type_row(elem)[2] != "d":
                     return TypeSpec("array", pa.list_(e.arrow), None, None, elem=e)
+        if allow_array and typinput == "array_in" and self.type_row(elem)[9] == ",":
+            # an array (of any schema) whose element is none of the above: a list of the
+            # elements' text / send bytes. (An element type whose array delimiter is not
+            # ',', box or PostGIS's geometry, stays one value: its text cannot be split.)
+            esend = self.type_row(elem)[7]
+            return TypeSpec("array", None, None, None,
+                            elem=TypeSpec("unknown", None, None, None, send=esend))
         return TypeSpec("unknown", None, None, None, send=send)
 
 
@@ -204,6 +214,24 @@ def _output_text(c):
     """The type's output function (what pgoutput sends as 't'). ``c::text`` is a cast,
     which differs: bool gives 'true', bpchar loses its padding, inet keeps '/32'."""
     return f"CASE WHEN {c} IS NULL THEN NULL ELSE format('%s', {c}) END"
+
+
+def _hex_array_text(dims, elements) -> str:
+    """array_out's text of an array shaped as ``array_dims()`` says (``'[1:2][0:1]'``,
+    None when empty) whose elements are bytea (``\\x`` hex, always quoted) or NULL."""
+    if dims is None:
+        return "{}"
+    bounds = [tuple(int(x) for x in b.split(":")) for b in dims[1:-1].split("][")]
+    items = iter(['NULL' if e is None else '"\\\\x' + e.hex() + '"' for e in elements])
+
+    def nest(d):
+        lo, hi = bounds[d]
+        if d == len(bounds) - 1:
+            return "{" + ",".join(next(items) for _ in range(hi - lo + 1)) + "}"
+        return "{" + ",".join(nest(d + 1) for _ in range(hi - lo + 1)) + "}"
+
+    prefix = dims + "=" if any(lo != 1 for lo, _ in bounds) else ""
+    return prefix + nest(0)
 
 
 def published_tables(cur, publication) -> list:
@@ -245,11 +273,23 @@ def table_truth(cur, schema, table, catalog: PgCatalog | None = None) -> TableTr
             slot["special"] = len(exprs)
             exprs.append(f"(array_ndims({c}) > 1 OR array_lower({c}, 1) <> 1)")
             slot["etext"] = len(exprs)
-            exprs.append(f"ARRAY(SELECT {_output_text('e')} FROM unnest({c}) WITH ORDINALITY AS u(e, i) ORDER BY i)")
+            if spec.elem.kind == "unknown":
+                # (unnest in the select list: in FROM, a composite element becomes columns)
+                # (and a composite whose fields are all null IS NULL, yet is no NULL
+                # element: the strict send function tells them apart)
+                exprs.append(f"ARRAY(SELECT CASE WHEN {spec.elem.send}(e) IS NULL THEN NULL "
+                             f"ELSE format('%s', e) END FROM (SELECT unnest({c}) AS e) AS u)")
+            else:
+                exprs.append(f"ARRAY(SELECT {_output_text('e')} FROM unnest({c}) WITH ORDINALITY AS u(e, i) ORDER BY i)")
             if spec.elem.expr:
                 slot["ex"] = len(exprs)
                 exprs.append(f"ARRAY(SELECT {spec.elem.expr.format(c='e')} "
                              f"FROM unnest({c}) WITH ORDINALITY AS u(e, i) ORDER BY i)")
+            elif spec.elem.kind == "unknown":  # binary mode: the elements' send bytes
+                slot["esend"] = len(exprs)
+                exprs.append(f"ARRAY(SELECT {spec.elem.send}(e) FROM (SELECT unnest({c}) AS e) AS u)")
+                slot["dims"] = len(exprs)
+                exprs.append(f"array_dims({c})")
         elif spec.kind == "unknown":
             slot["send"] = len(exprs)
             exprs.append(f"{spec.send}({c})")
@@ -269,6 +309,15 @@ def table_truth(cur, schema, table, catalog: PgCatalog | None = None) -> TableTr
                 row_t[col.name] = row_b[col.name] = None
             elif spec.kind == "scalar":
                 row_t[col.name] = row_b[col.name] = spec.conv(r[slot["x"]] if "x" in slot else None, t)
+            elif spec.kind == "array" and spec.elem.kind == "unknown":
+                # text mode: the elements' text; binary mode: their send bytes, and the
+                # event table shows the array with each element as hex (bytea[]'s form)
+                sends = [None if x is None else bytes(x) for x in r[slot["esend"]]]
+                btrow[col.name] = _hex_array_text(r[slot["dims"]], sends)
+                if r[slot["special"]]:
+                    row_t[col.name], row_b[col.name] = Special(t), Special(btrow[col.name])
+                else:
+                    row_t[col.name], row_b[col.name] = list(r[slot["etext"]]), sends
             elif spec.kind == "array":
                 if r[slot["special"]]:
                     v = Special(t)

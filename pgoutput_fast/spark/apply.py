@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from ..catalog import RelationCatalog
 from ..delta import ApplyError
-from ..types import K_ARRAY, K_UNKNOWN
+from ..types import K_ARRAY, K_BYTEA, K_UNKNOWN, ColumnType
 
 __all__ = ["apply_changes", "events_to_typed", "ApplyError", "DeltaImage", "read_table"]
 
@@ -436,8 +436,13 @@ def events_batch_to_typed(batch, catalog, table, binary_unknown: bool = False,
 
     def parse(name, maps, rows, out_specials, prefix):
         ct = col_type[name]
-        sent_binary = binary_unknown and (ct.kind == K_UNKNOWN or (ct.kind == K_ARRAY and
-                                                                  ct.elem_kind == K_UNKNOWN))
+        sent_binary = binary_unknown and ct.kind == K_UNKNOWN
+        # an array of an unknown type from a binary capture: the event text is an array
+        # of its elements' send bytes in hex, {"\\x6869",NULL} (src/format_text.pxi),
+        # which bytea[]'s text form reads back as the list<binary> the typed table has
+        parse_type = ct
+        if binary_unknown and ct.kind == K_ARRAY and ct.elem_kind == K_UNKNOWN:
+            parse_type = ColumnType(K_ARRAY, elem_kind=K_BYTEA)
         vals: list = []
         for r in rows:
             m = maps[r]
@@ -448,7 +453,7 @@ def events_batch_to_typed(batch, catalog, table, binary_unknown: bool = False,
                 vals.append(Value("b", bytes.fromhex(s[2:])))
             else:
                 vals.append(Value("t", s.encode("utf-8", "surrogateescape")))
-        arr, special_idx = _impl.parse_values(col_type[name], vals)
+        arr, special_idx = _impl.parse_values(parse_type, vals)
         for j in special_idx:
             out_specials[rows[j]].append((prefix + name, maps[rows[j]][name]))
         return arr

@@ -317,6 +317,16 @@ def _time_text(t):
     return s + (f".{t.microsecond:06d}".rstrip("0") if t.microsecond else "")
 
 
+def _unknown_array_send(items, dims=None, lbounds=None):
+    """array_send() of elements of a user type (element OID 16997) given as bytes."""
+    dims = ([len(items)] if items else []) if dims is None else dims
+    lbounds = [1] * len(dims) if lbounds is None else lbounds
+    out = struct.pack(">iiI", len(dims), int(None in items), 16997)
+    out += b"".join(struct.pack(">ii", d, lb) for d, lb in zip(dims, lbounds))
+    return out + b"".join(struct.pack(">i", -1) if v is None else struct.pack(">i", len(v)) + v
+                          for v in items)
+
+
 def _array_text(items):
     out = []
     for v in items:
@@ -377,6 +387,13 @@ COLUMN_TYPES = [
                         max_size=4).map(_array_text), None),
     (1009, -1, st.lists(st.one_of(st.none(), _text(4)), max_size=4).map(_array_text), None),
     (16999, -1, _text(), st.binary(max_size=6)),   # a type the decoder does not know
+    # an array of one (a Type message names it "_mood"): list<string> / list<binary>, 2-D
+    # and lower bound 0 in _special
+    (16998, -1, st.one_of(st.lists(st.one_of(st.none(), _text(4)), max_size=4).map(_array_text),
+                          st.sampled_from(["{{a,b},{c,NULL}}", "[0:0]={x}"])),
+     st.one_of(st.lists(st.one_of(st.none(), st.binary(max_size=4)), max_size=4).map(_unknown_array_send),
+               st.sampled_from([_unknown_array_send([b"a", b"b", b"c", None], [2, 2]),
+                                _unknown_array_send([b"x"], [1], [0])]))),
 ]
 
 
@@ -420,6 +437,8 @@ class StreamBuilder:
             cols.append(RelationColumn(self.draw(st.sampled_from([0, 1])), f"c{i}_{oid}", oid, typmod))
         if any(c.type_oid == 16999 for c in cols):
             self.emit(Type(16999, "public", "mood", xid), lsn=0)
+        if any(c.type_oid == 16998 for c in cols):
+            self.emit(Type(16998, "public", "_mood", xid), lsn=0)
         rel = Relation(relid, self.draw(st.sampled_from(["public", "s", ""])), f"t{relid}",
                        self.draw(st.sampled_from("dfin")), tuple(cols), xid)
         self.rels[relid] = rel._replace(xid=None)
@@ -432,7 +451,7 @@ class StreamBuilder:
             text = text.filter(lambda v: v != "NaN")
         choices = ["t", "t", "t", "n"]
         if self.binary and spec[3] is not None and not (
-                AVOID_NATIVE_UNKNOWN_BINARY_BUGS and col.type_oid == 16999):
+                AVOID_NATIVE_UNKNOWN_BINARY_BUGS and col.type_oid in (16998, 16999)):
             choices.append("b")
         if allow_toast:
             choices.append("u")

@@ -310,9 +310,25 @@ def _diff_key(pgt: PgTable):
     return pgt.key_columns if pgt.replident in ("d", "i") and pgt.key_columns else ()
 
 
+def _unknown_array(spec) -> bool:
+    return spec.kind == "array" and spec.elem.kind == "unknown"
+
+
 def _unknown_columns(world):
+    """Columns whose Arrow type depends on the mode: a type the decoder does not know
+    (string / binary), or an array of one (list<string> / list<binary>)."""
     return {(name, c.name) for name, t in world.tables.items() for c in t.columns
-            if c.spec.kind == "unknown"}
+            if c.spec.kind == "unknown" or _unknown_array(c.spec)}
+
+
+def _no_binary_value_type(spec, binary, got) -> bool:
+    """The type of a column of an unknown type (or an array of one) in a binary-mode batch
+    where no binary value of it was sent: string (list<string>), as types.py says."""
+    if not binary:
+        return False
+    if spec.kind == "unknown":
+        return got == pa.string()
+    return _unknown_array(spec) and got == pa.list_(pa.string())
 
 
 def _data_columns(table: pa.Table):
@@ -447,6 +463,9 @@ def test_workload_captured(world):
     assert len(world.tables) == len(workload.TABLES) - 1 + 3  # parted's three leaves, not parted
     assert world.tables[f"{SCHEMA}.stream_t"].rows[False], "stream_t is empty"
     assert _unknown_columns(world) == {(f"{SCHEMA}.alltypes", "c_mood"), (f"{SCHEMA}.alltypes", "c_moodarr")}
+    # mood[] is a list of the labels (text) or of their send bytes (binary), not one value
+    moodarr = next(c for c in world.tables[f"{SCHEMA}.alltypes"].columns if c.name == "c_moodarr")
+    assert _unknown_array(moodarr.spec), moodarr.spec
 
 
 @pytest.mark.postgres
@@ -524,10 +543,12 @@ def test_batches_equal_oneshot(world, decoded, variant):
 
 def _batch_type_problem(version, name, arr, oneshot_type):
     """[] if a batch's column has the one-shot type. An all-null column of an unknown type
-    may legitimately be string in a batch where no binary value was sent (types.py,
-    binary_unknown=None)."""
+    (or an array of one) may legitimately be string (list<string>) in a batch where no
+    binary value was sent (types.py, binary_unknown=None)."""
     if arr.type == oneshot_type or (arr.null_count == len(arr)
-                                    and {str(arr.type), str(oneshot_type)} <= {"string", "binary"}):
+                                    and ({arr.type, oneshot_type} <= {pa.string(), pa.binary()} or
+                                         {arr.type, oneshot_type} <= {pa.list_(pa.string()),
+                                                                      pa.list_(pa.binary())})):
         return []
     return [f"{version.qualified_name} v{version.version}: column {name} is {arr.type} in a "
             f"batch, {oneshot_type} one-shot"]
@@ -573,7 +594,7 @@ def test_typed_image_equals_postgres(world, decoded, variant):
                 want = c.spec.arrow_type(v.binary)
                 got = types.get(c.name)
                 # unknown types in binary mode: string when a batch had no binary value
-                if got != want and not (c.spec.kind == "unknown" and v.binary and got == pa.string()):
+                if got != want and not _no_binary_value_type(c.spec, v.binary, got):
                     problems.append(f"[{label}] {name}.{c.name} ({_pg_type_name(world, c)}): "
                                     f"Arrow type {got}, documented {want}")
             problems += [f"[{label}] {p}" for p in
@@ -615,7 +636,7 @@ def test_typed_schemas_documented(world, decoded, variant):
             want = spec.arrow_type(v.binary)
             got = schema.field(rc.name).type
             if got != want:
-                if spec.kind == "unknown" and v.binary and got == pa.string() \
+                if _no_binary_value_type(spec, v.binary, got) \
                         and table.column(rc.name).null_count == table.num_rows:
                     continue  # no binary value sent in this batch: string (types.py)
                 typname, nsp, *_ = cat.type_row(rc.type_oid)
@@ -671,7 +692,8 @@ def test_text_and_binary_typed_tables_identical(world, decoded, pair):
             if f.name in skip:
                 ft = f.type
                 fb = tb.schema.field(f.name).type
-                if ft != pa.string() or fb not in (pa.binary(), pa.string()):
+                if not ((ft == pa.string() and fb in (pa.binary(), pa.string())) or
+                        (ft == pa.list_(pa.string()) and fb in (pa.list_(pa.binary()), ft))):
                     problems.append(f"{name}.{f.name} (unknown type): text mode {ft}, binary mode {fb}")
                 continue
             if f.name == "_before":
@@ -692,12 +714,20 @@ def test_text_and_binary_typed_tables_identical(world, decoded, pair):
                         problems.append(f"{name} [{key}] {c}: text {_fmt(rt[c])} != binary {_fmt(rb.get(c))}")
         if len(rows_t) != len(rows_b):
             problems.append(f"{name}: {len(rows_t)} rows in text mode, {len(rows_b)} in binary mode")
-        # enums: the binary value is the label (docs/protocol.md §4.2)
+        # enums: the binary value is the label (docs/protocol.md §4.2), also in an enum[]
         for rc in vt.columns:
-            if rc.name in skip and world.catalog.type_row(rc.type_oid)[2] == "e":
+            if rc.name not in skip:
+                continue
+            typ = world.catalog.type_row(rc.type_oid)
+            if typ[2] == "e":
                 for x, y in zip(tt.column(rc.name).to_pylist(), tb.column(rc.name).to_pylist()):
                     if (x is None) != (y is None) or (x is not None and x.encode() != y):
                         problems.append(f"{name}.{rc.name}: enum text {x!r} vs binary {y!r}")
+            elif typ[8] == "array_in" and world.catalog.type_row(typ[5])[2] == "e":
+                for x, y in zip(tt.column(rc.name).to_pylist(), tb.column(rc.name).to_pylist()):
+                    enc = None if x is None else [None if e is None else e.encode() for e in x]
+                    if enc != y:
+                        problems.append(f"{name}.{rc.name}: enum[] text {x!r} vs binary {y!r}")
     _report(problems)
 
 
