@@ -217,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     pb.set_defaults(func=bench.run)
     from .spark import pipeline  # pyspark is imported only when the command runs
 
-    pp = sub.add_parser("pipeline", help="segments -> Spark decode -> Parquet table snapshots",
+    pp = sub.add_parser("pipeline", help="segments -> Spark decode -> Delta Lake tables",
                         description=pipeline.DESCRIPTION)
     pipeline.add_arguments(pp)
     pp.set_defaults(func=pipeline.run)

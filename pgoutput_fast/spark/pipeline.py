@@ -94,8 +94,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from ..capture import segment_entries
     from .decode import get_spark
 
+    # a missing, empty or damaged capture directory: one line, before Spark starts
+    if not list(segment_entries(args.segments)):
+        from ..capture.errors import SegmentError
+
+        raise SegmentError(f"{args.segments}: the capture directory holds no segment yet: "
+                           "nothing to apply (run pgoutput-fast capture into it first)")
     spark = get_spark(args.master)
     try:
         res = run_pipeline(spark, args.segments, args.out, tables=args.table,

@@ -297,3 +297,20 @@ def test_capture_directory_read_and_damaged(capture_dir):
         assert "Traceback" not in out.stderr
         assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith(
             f"pgoutput-fast {command}: ")
+
+
+def test_pipeline_without_segments_is_one_line(tmp_path):
+    """A missing, empty or segment-less capture directory stops the pipeline with one
+    line and exit status 7 before Spark starts, never '0 changes' and exit 0."""
+    from pgoutput_fast.capture import write_capture
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    fresh = tmp_path / "fresh"
+    write_capture(fresh, [], {"proto_version": 1})
+    for path, words in ((tmp_path / "missing", ("no such directory",)),
+                        (empty, ("no checkpoint.json",)),
+                        (fresh, ("holds no segment yet",))):
+        out = run_cli("pipeline", "--segments", path, "--out", tmp_path / "tables")
+        one_line(out, 7, "pipeline", path, *words)
+        assert not (tmp_path / "tables").exists()
