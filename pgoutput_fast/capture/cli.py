@@ -143,6 +143,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "creates gets the matching x bits: 0700)")
     p.add_argument("--slot-busy-timeout", type=_seconds, default=10.0, metavar="SECONDS",
                    help="wait this long for a slot another process holds (default 10)")
+    p.add_argument("--snapshot", choices=["initial", "never", "only"], default=None,
+                   help="copy the rows the published tables already hold, inside the new "
+                        "slot's exported snapshot, ahead of the stream (op 'r'): initial "
+                        "(then stream), only (then exit 0), never. Default: initial with "
+                        "--create-slot, else never")
+    p.add_argument("--snapshot-workers", type=int, default=1, metavar="N",
+                   help="connections copying the snapshot in parallel (large tables are "
+                        "split into block ranges; default 1)")
     p.add_argument("--progress", choices=["auto", "tty", "log", "off"], default="auto",
                    help="live line on a terminal, JSON lines otherwise (stderr)")
 
@@ -197,7 +205,8 @@ def _run(args, stop) -> int:
             origin=args.origin, segment_bytes=args.segment_size,
             segment_seconds=args.segment_seconds, memory_bytes=args.memory_budget,
             until_lsn=args.until_lsn, progress=args.progress, file_mode=args.file_mode,
-            slot_busy_timeout=args.slot_busy_timeout,
+            slot_busy_timeout=args.slot_busy_timeout, snapshot=args.snapshot,
+            snapshot_workers=args.snapshot_workers,
             # tests: widen the window between a durable checkpoint and its status update
             ack_delay=float(os.environ.get("PGOUTPUT_FAST_CAPTURE_ACK_DELAY", "0") or 0))
         result = run_capture(cfg, stop)
@@ -208,6 +217,8 @@ def _run(args, stop) -> int:
                transactions=result.transactions, segments=result.segments,
                flush_lsn=format_lsn(result.flush_lsn), seconds=round(result.seconds, 3),
                peak_rss=result.peak_rss)
+    if result.snapshot is not None:
+        print(json.dumps({"snapshot": result.snapshot}), file=sys.stderr)
     print(f"captured {result.messages:,} messages ({result.bytes / 1e6:.1f} MB), "
           f"{result.transactions:,} transactions in {result.segments} segments; "
           f"confirmed {format_lsn(result.flush_lsn)}; peak RSS {result.peak_rss / 2**20:.0f} MiB",
