@@ -456,7 +456,7 @@ cdef class DecoderCore:
         c.pos += 4
         self._touch(rb)
         if self.want_events:
-            self._ev_row(rb, m, b'c' if t == MSG_INSERT else (b'u' if t == MSG_UPDATE else b'd'), -1)
+            self._ev_row(rb, m, insert_op(&self.ctx) if t == MSG_INSERT else (b'u' if t == MSG_UPDATE else b'd'), -1)
         if rd_u8(c, &b) < 0:
             self._fail_cursor(c)
         if t == MSG_INSERT:
@@ -496,7 +496,7 @@ cdef class DecoderCore:
         if cur_expect_end(c) < 0:
             self._fail_cursor(c)
         if self.want_tables:
-            if meta_append(&rb.meta, m.lsn, &self.ctx, b'c' if t == MSG_INSERT else (b'u' if t == MSG_UPDATE else b'd')) < 0:
+            if meta_append(&rb.meta, m.lsn, &self.ctx, insert_op(&self.ctx) if t == MSG_INSERT else (b'u' if t == MSG_UPDATE else b'd')) < 0:
                 raise MemoryError()
         if self.want_events:
             self._ev_toast_end()
@@ -574,7 +574,7 @@ cdef class DecoderCore:
                     self._scan_typed_from(m, &c, rb, cols, 0, meta.rows, k, rc)
                     if cur_expect_end(&c) < 0:
                         self._fail_cursor(&c)
-                meta_put(meta, m.lsn, ctx, b'c' if p[0] == MSG_INSERT else b'u')
+                meta_put(meta, m.lsn, ctx, insert_op(ctx) if p[0] == MSG_INSERT else b'u')
                 ctx.seq += 1
                 i += 1
         index[0] = i

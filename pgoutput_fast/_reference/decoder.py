@@ -827,6 +827,8 @@ class DecoderCore:
 
     def _meta(self, op, lsn):
         c = self.ctx
+        if op == "c" and c.xid == 0:
+            op = "r"        # a snapshot row: its transaction's Begin carries xid 0
         return {"op": op, "lsn": _signed64(lsn), "commit_lsn": c.commit_lsn,
                 "commit_ts": c.commit_ts, "xid": c.xid, "seq": c.seq, "origin": c.origin}
 

@@ -209,6 +209,9 @@ def _run(args, stop) -> int:
             snapshot_workers=args.snapshot_workers,
             # tests: widen the window between a durable checkpoint and its status update
             ack_delay=float(os.environ.get("PGOUTPUT_FAST_CAPTURE_ACK_DELAY", "0") or 0))
+        # tests: a pause per snapshot transaction written (a window to kill it mid-copy)
+        cfg.snapshot_chunk_delay = float(
+            os.environ.get("PGOUTPUT_FAST_SNAPSHOT_CHUNK_DELAY", "0") or 0)
         result = run_capture(cfg, stop)
     except Exception as exc:
         return _failed(exc, dsn, debug)

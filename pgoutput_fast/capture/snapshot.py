@@ -174,7 +174,7 @@ class SnapshotTable:
                 out.append(f"CASE WHEN {c} IS NULL THEN NULL ELSE format('%s', {c}) END")
             else:
                 out.append(c)
-        return ", ".join(out) or "NULL"
+        return ", ".join(out)     # empty for a table without columns (SELECT FROM t)
 
     def to_json(self) -> dict:
         return {"table": self.qualified, "relid": self.relid, "blocks": self.blocks,
@@ -536,6 +536,14 @@ def _drop_stale_slot(stream, cfg, snap: dict, progress):
         return
     confirmed, _tp, _plugin, _db, pid = info
     point = snap.get("consistent_point")
+    # the walsender of a capture just killed may not have exited yet
+    deadline = time.monotonic() + cfg.slot_busy_timeout
+    while pid is not None and pid != stream.backend_pid and time.monotonic() < deadline:
+        time.sleep(0.2)
+        info = stream.slot_info(cfg.slot)
+        if info is None:
+            return
+        confirmed, _tp, _plugin, _db, pid = info
     if pid is not None and pid != stream.backend_pid:
         raise ServerRefused(f"replication slot {cfg.slot!r} is in use by another process (pid "
                             f"{pid}); the snapshot this directory holds was cut short and must be "
@@ -716,6 +724,7 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
     live = len(threads)
     last_tick = time.monotonic()
     cols = MessageColumns()
+    delay = float(getattr(cfg, "snapshot_chunk_delay", 0) or 0)   # tests only
     try:
         while live:
             if stop_event.is_set() and not abort.is_set():
@@ -760,6 +769,8 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
             summary.message_bytes += nbytes
             state.durable_lsn = lsn + 1
             state.transactions += 1
+            if delay:
+                time.sleep(delay)
             if seg_bytes >= cfg.segment_bytes:
                 state.next_ordinal = next_ordinal
                 state = writer.commit(state)

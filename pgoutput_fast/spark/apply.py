@@ -290,7 +290,7 @@ def _apply(spark, ch, changes, target, table, key_cols, columns, versions, defau
             if bad:
                 raise ValueError(f"{table}: an update changes the key and has unchanged-TOAST "
                                  "columns; not supported by apply_changes")
-        ups = base.where(F.col("_op").isin("c", "u")).select(
+        ups = base.where(F.col("_op").isin("c", "r", "u")).select(
             *columns, "_commit_lsn", "_seq", "_special", "_toast",
             F.lit(1).alias("_sub"), F.lit("w").alias("_kind"))
         dels = base.where((F.col("_op") == "d") | ((F.col("_op") == "u") & F.col("_kc"))).select(
@@ -481,7 +481,7 @@ def events_batch_to_typed(batch, catalog, table, binary_unknown: bool = False,
     before_specials: list[list] = [[] for _ in range(n)]
     version_ids = np.full(n, versions[-1].version, np.int32)
     for i in range(n):
-        if ops[i] in ("c", "u"):
+        if ops[i] in ("c", "r", "u"):
             names = set(after_maps[i] or ()) | set(toasts[i] or ())
             v = next((vid for vid, cols in by_names if cols == names), None)
             if v is None:
