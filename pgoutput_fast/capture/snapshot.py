@@ -336,9 +336,13 @@ class RowSink:
 
     def flush(self):
         if self.msgs:
-            msgs, n = self.msgs, self.msg_bytes
-            self.msgs, self.msg_bytes = [], 0
-            self.emit(self.table_index, msgs, n)
+            from .columns import MessageColumns
+
+            cols = MessageColumns()
+            cols.datas, self.msgs = self.msgs, []
+            cols.lsns = [0] * len(cols.datas)
+            n, self.msg_bytes = self.msg_bytes, 0
+            self.emit(self.table_index, cols, n)
 
     def close(self):
         if self.pending.strip(b"\n") if not self.binary else self.pending:
@@ -674,6 +678,10 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
             except queue.Full:
                 continue
 
+    import psycopg2
+
+    native = _native_copy(stream)
+
     def worker(conn, cur):
         try:
             while not abort.is_set():
@@ -684,13 +692,22 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
                 table = tables[ti]
                 with lock:
                     started.setdefault(table.qualified, time.monotonic())
-                sink = RowSink(ti, table, binary, chunk_bytes, emit)
-                cur.copy_expert(copy_sql(table, source, lo, hi, binary), sink, size=1 << 16)
-                sink.close()
+                sql = copy_sql(table, source, lo, hi, binary)
+                if native is not None:
+                    rows, nbytes = _copy_native(native, conn, table, ti, sql, binary,
+                                                chunk_bytes, emit)
+                else:
+                    sink = RowSink(ti, table, binary, chunk_bytes, emit)
+                    try:
+                        cur.copy_expert(sql, sink, size=1 << 16)
+                    except psycopg2.Error as exc:
+                        raise _copy_failed(table, str(exc)) from None
+                    sink.close()
+                    rows, nbytes = sink.rows, sink.bytes
                 with lock:
                     st = stats[table.qualified]
-                    st["rows"] += sink.rows
-                    st["bytes"] += sink.bytes
+                    st["rows"] += rows
+                    st["bytes"] += nbytes
                     st["tasks_done"] += 1
                     if st["tasks_done"] == st["tasks"]:
                         st["seconds"] = round(time.monotonic() - started[table.qualified], 3)
@@ -723,7 +740,7 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
     chunk_no = 0
     live = len(threads)
     last_tick = time.monotonic()
-    cols = MessageColumns()
+    cols = native[0].MessageColumns() if native is not None else MessageColumns()
     delay = float(getattr(cfg, "snapshot_chunk_delay", 0) or 0)   # tests only
     try:
         while live:
@@ -755,8 +772,8 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
             cols.append(lsn, encode_message(Begin(lsn, commit_ts, 0)))
             for m in rel_msgs[ti]:
                 cols.append(0, m)
-            for m in msgs:
-                cols.append(lsn, m)
+            # the Inserts keep LSN 0 (no WAL record of their own: _lsn is null)
+            cols.extend_from(msgs, 0, len(msgs))
             cols.append(lsn, encode_message(Commit(0, lsn, lsn + 1, commit_ts)))
             n = len(cols)
             del msgs
@@ -853,6 +870,50 @@ def _tick(progress, stats, t0):
 
 class _Aborted(Exception):
     pass
+
+
+def _native_copy(stream):
+    """``(pgoutput_fast._native, libpq function addresses)`` for ``CopyRows``, or None
+    with ``PGOUTPUT_FAST_IMPL=python`` (then ``RowSink`` reads through psycopg2)."""
+    from .stream import _address, _native_module
+
+    mod = _native_module()
+    lib = getattr(stream, "_lib", None)
+    if mod is None or lib is None or not hasattr(mod, "CopyRows"):
+        return None
+    names = ("PQsendQuery", "PQgetResult", "PQresultStatus", "PQclear", "PQgetCopyData",
+             "PQfreemem", "PQresultErrorMessage", "PQerrorMessage")
+    try:
+        funcs = {name: _address(getattr(lib, name)) for name in names}
+    except AttributeError:
+        return None
+    return mod, funcs
+
+
+def _copy_native(native, conn, table, ti, sql, binary, chunk_bytes, emit) -> tuple:
+    """One COPY through ``CopyRows`` (GIL released while rows are read and converted);
+    ``(rows, COPY bytes)``."""
+    mod, funcs = native
+    fmts = bytes((ord("t") if (not binary or c[4] == "t") else ord("b")) for c in table.columns)
+    reader = mod.CopyRows(conn.pgconn_ptr, funcs, table.relid, fmts, binary)
+    try:
+        reader.start(sql.encode("utf-8"))
+        while True:
+            cols = mod.MessageColumns()
+            more = reader.fill(cols, chunk_bytes)
+            if len(cols):
+                emit(ti, cols, cols.nbytes)
+            if not more:
+                return reader.rows, reader.copy_bytes
+    except RuntimeError as exc:
+        raise _copy_failed(table, str(exc)) from None
+
+
+def _copy_failed(table, text):
+    first = (text.strip().splitlines() or ["?"])[0]
+    return ServerRefused(f"copying {table.qualified} for the snapshot failed: {first}. Nothing "
+                         "was confirmed; fix the cause (e.g. GRANT SELECT to the capture's role) "
+                         "and start capture again: the snapshot is copied again")
 
 
 __all__ += ["snapshot_mode", "snapshot_incomplete", "RowSink", "plan_tasks", "copy_sql",
