@@ -454,12 +454,14 @@ class SnapshotSummary:
         self.consistent_point = 0
         self.snapshot_name = None
         self.workers = 0
+        self.write_seconds = 0.0    # the writer thread in Parquet encoding, fsync, checkpoints
 
     def to_json(self) -> dict:
         return {"consistent_point": format_lsn(self.consistent_point), "rows": self.rows,
                 "copy_bytes": self.bytes, "message_bytes": self.message_bytes,
                 "transactions": self.chunks, "segments": self.segments,
                 "seconds": round(self.seconds, 3), "workers": self.workers,
+                "write_seconds": round(self.write_seconds, 3),
                 "rows_per_s": round(self.rows / self.seconds) if self.seconds else None,
                 "tables": self.tables}
 
@@ -777,9 +779,11 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
             cols.append(lsn, encode_message(Commit(0, lsn, lsn + 1, commit_ts)))
             n = len(cols)
             del msgs
+            tw = time.monotonic()
             if not writer.open:
                 writer.begin(seq)
             writer.write(cols.take_arrays(next_ordinal))
+            summary.write_seconds += time.monotonic() - tw
             next_ordinal += n
             seg_bytes += nbytes
             summary.chunks += 1
@@ -790,7 +794,9 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
                 time.sleep(delay)
             if seg_bytes >= cfg.segment_bytes:
                 state.next_ordinal = next_ordinal
+                tw = time.monotonic()
                 state = writer.commit(state)
+                summary.write_seconds += time.monotonic() - tw
                 seq += 1
                 seg_bytes = 0
                 summary.segments += 1
@@ -810,7 +816,9 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
             return None
         if writer.open:
             state.next_ordinal = next_ordinal
+            tw = time.monotonic()
             state = writer.commit(state)
+            summary.write_seconds += time.monotonic() - tw
             summary.segments += 1
         for conn, _cur in conns:
             try:
