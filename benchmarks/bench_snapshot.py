@@ -14,6 +14,7 @@ sets the size, default 500000).
 """
 
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -61,12 +62,17 @@ def _snapshot(server, workers):
     out = tempfile.mkdtemp(prefix="pgoutput_fast_bench_snapshot_")
     try:
         t = time.perf_counter()
+        u0 = resource.getrusage(resource.RUSAGE_SELF)
         r = run_capture(CaptureConfig(pg.dsn(), "bench_snap", "bench_pub", out, create_slot=True,
                                       binary=True, snapshot="only", snapshot_workers=workers,
                                       progress="off"))
         wall = time.perf_counter() - t
+        u1 = resource.getrusage(resource.RUSAGE_SELF)
         assert r.snapshot["rows"] == ROWS, r.snapshot
-        return wall, r.snapshot
+        summary = dict(r.snapshot)
+        # CPU of this process (every thread: COPY reading and conversion, Parquet, fsync)
+        summary["cpu_s"] = (u1.ru_utime - u0.ru_utime) + (u1.ru_stime - u0.ru_stime)
+        return wall, summary
     finally:
         with server["conn"].cursor() as cur:
             cur.execute("SELECT pg_drop_replication_slot('bench_snap')")
@@ -99,6 +105,7 @@ def test_snapshot_vs_psql_copy_binary(benchmark, server):
         "ratio_2_workers": round(med["psql"] / med["w2"], 2),
         "speedup_2_workers": round(med["w1"] / med["w2"], 2),
         "writer_s_1_worker": round(write["w1"], 3),
+        "capture_cpu_s_1_worker": round(statistics.median(x["cpu_s"] for x in summaries["w1"][-ROUNDS:]), 3),
         "message_mb": round(summaries["w1"][-1]["message_bytes"] / 1e6, 1),
     }
     benchmark.extra_info.update(info)

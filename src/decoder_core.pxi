@@ -276,6 +276,7 @@ cdef class DecoderCore:
         self.ctx.commit_lsn = <int64_t><uint64_t>msg.final_lsn
         self.ctx.commit_ts = _unix_ts(msg.commit_ts, 9, "B")
         self.ctx.xid = msg.xid
+        self.ctx.snapshot = msg.xid == 0
         self.ctx.seq = 0
         self.ctx.origin = -1
         self.txn_messages = []
@@ -301,6 +302,7 @@ cdef class DecoderCore:
         else:
             self._drop_carry()
             self._commit_rows()
+        self.ctx.snapshot = 0
         return 0
 
     cdef void _commit_rows(self):

@@ -57,12 +57,15 @@ cdef struct Ctx:
     int64_t xid
     int64_t seq
     int32_t origin          # index into DecoderCore.origins, -1 = none
+    int32_t snapshot        # a Begin with xid 0 (the initial snapshot's): inserts are 'r'
 
 
 cdef inline char insert_op(const Ctx *ctx) noexcept nogil:
-    """The op of an insert: 'c', or 'r' (read) in a transaction whose Begin carries xid 0,
-    which no real transaction has: the initial snapshot's (capture/snapshot.py)."""
-    return b'r' if ctx.xid == 0 else b'c'
+    """The op of an insert: 'c', or 'r' (read) in a Begin..Commit whose Begin carries
+    xid 0, which no real transaction has: the initial snapshot's (capture/snapshot.py).
+    The flag, not ctx.xid: the rows a streamed or prepared transaction keeps on arrival
+    are written with the ctx of the last Begin..Commit."""
+    return b'r' if ctx.snapshot else b'c'
 
 
 cdef struct Meta:

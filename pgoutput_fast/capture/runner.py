@@ -79,6 +79,9 @@ class CaptureConfig:
         self.snapshot_workers = max(1, int(snapshot_workers))
         #: with more than one worker, tables are split into ranges of this many blocks
         self.snapshot_range_blocks = snapshot_range_blocks
+        #: tests only: a pause after each snapshot transaction written (a window to kill
+        #: capture in the middle of the copy)
+        self.snapshot_chunk_delay = 0.0
 
 
 class CaptureResult:

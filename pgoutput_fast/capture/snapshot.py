@@ -260,7 +260,7 @@ def plan_tasks(tables: list, workers: int, range_blocks: int = RANGE_BLOCKS) -> 
     """``[(table index, source name, first block or None, end block or None)]``,
     largest first (so that the last task to finish is a short one). A source is split
     into block ranges only with more than one worker; the last range is open-ended."""
-    tasks = []
+    tasks: list = []
     for ti, t in enumerate(tables):
         for _oid, name, blocks in t.sources:
             if workers > 1 and blocks > range_blocks:
@@ -660,7 +660,7 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
                            "tasks_done": 0, "seconds": None} for t in tables}
     for ti, *_rest in tasks:
         stats[tables[ti].qualified]["tasks"] += 1
-    started = {}
+    started: dict = {}
     chunk_bytes = max(64 << 10, min(cfg.chunk_bytes, cfg.memory_bytes // (4 * nworkers)))
     chunks: queue.Queue = queue.Queue(maxsize=2 * nworkers)
     task_q: queue.Queue = queue.Queue()

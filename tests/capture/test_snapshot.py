@@ -445,3 +445,61 @@ def test_spark_apply_of_snapshot_and_stream(world, spark, tmp_path):
         r = pgs.apply_changes(pgs.decode(df, catalog, table=name), target,
                               column_defaults=demo.added_column_defaults(SCHEMA).get(name))
         assert r["skipped"], (name, r)
+
+
+# --------------------------------------------------------------------------------------
+# the op 'r' on a synthetic stream (no server): both implementations
+# --------------------------------------------------------------------------------------
+
+def _op_stream():
+    """A snapshot transaction (Begin xid 0), then a prepared, a streamed and a plain
+    transaction: only the first one's inserts are 'r'."""
+    from pgoutput_fast.encode import encode_message as enc
+    from pgoutput_fast.messages import (Begin, BeginPrepare, Commit, CommitPrepared, Insert,
+                                        Prepare, Relation, RelationColumn, StreamCommit,
+                                        StreamStart, StreamStop, Value)
+
+    rel = Relation(16384, "s", "t", "d", (RelationColumn(1, "id", 23, -1),
+                                          RelationColumn(0, "v", 25, -1)))
+
+    def ins(i, xid=None):
+        return Insert(16384, (Value("t", str(i).encode()), Value("t", b"x" * 40)), xid)
+
+    msgs = [Begin(100, 1, 0), rel, ins(1), ins(2), Commit(0, 100, 101, 1),
+            BeginPrepare(200, 201, 2, 7, "g"), ins(3), Prepare(0, 200, 201, 2, 7, "g"),
+            StreamStart(9, 1), Relation(*rel[:5], 9), ins(4, 9), StreamStop(),
+            Begin(250, 3, 0), rel, ins(5), Commit(0, 250, 251, 3),
+            CommitPrepared(0, 300, 301, 4, 7, "g"),
+            StreamCommit(9, 0, 400, 401, 5),
+            Begin(500, 6, 10), ins(6), Commit(0, 500, 501, 6)]
+    return [enc(m) for m in msgs]
+
+
+@pytest.mark.parametrize("impl", ["native", "reference"])
+@pytest.mark.parametrize("split", [False, True], ids=["one-feed", "one-message-per-feed"])
+def test_snapshot_transactions_are_op_r(impl, split):
+    from unittest import mock
+
+    from pgoutput_fast import decoder as decoder_module
+
+    if impl == "native":
+        mod = pytest.importorskip("pgoutput_fast._native")
+    else:
+        from pgoutput_fast import _reference as mod
+    with mock.patch.object(decoder_module, "_impl", lambda: mod):
+        # a tiny max_pending_bytes: a Begin..Commit open across feeds is spooled and
+        # replayed at its Commit
+        dec = decoder_module.Decoder(max_pending_bytes=64)
+    data = _op_stream()
+    batches = [[m] for m in data] if split else [data]
+    typed, events = {}, {}
+    for b in batches:
+        cs = dec.feed(b)
+        for _v, t in cs.table_versions:
+            for i, op in zip(t.column("id").to_pylist(), t.column("_op").to_pylist()):
+                typed[int(i)] = op
+        for a, op in zip(cs.events.column("after").to_pylist(), cs.events.column("op").to_pylist()):
+            events[int(dict(a)["id"])] = op
+    want = {1: "r", 2: "r", 5: "r", 3: "c", 4: "c", 6: "c"}
+    assert typed == want
+    assert events == want
