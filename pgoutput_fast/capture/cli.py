@@ -33,6 +33,11 @@ transaction is lost or written twice. SIGINT/SIGTERM: finish the current
 segment, confirm it, exit 0. Read the result with
 pgoutput_fast.capture.read_segments(DIR).
 
+With --create-slot the rows the published tables already hold are copied
+first (--snapshot initial), inside the new slot's exported snapshot, as
+transactions ahead of the stream (op 'r'); the stream starts once they are
+durable. A snapshot cut short is copied again at the next start.
+
 The connection string: --dsn, else --dsn-file, else $PGOUTPUT_FAST_DSN, else
 libpq's environment (PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD,
 PGPASSFILE, PGSERVICE), which also fills any key the string lacks. Keep the
@@ -88,6 +93,16 @@ def _seconds(text):
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more seconds, not {text!r}")
+    return value
+
+
+def _workers(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of workers: {text!r}") from None
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"must be 1 to 64 workers, not {value}")
     return value
 
 
@@ -148,7 +163,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "slot's exported snapshot, ahead of the stream (op 'r'): initial "
                         "(then stream), only (then exit 0), never. Default: initial with "
                         "--create-slot, else never")
-    p.add_argument("--snapshot-workers", type=int, default=1, metavar="N",
+    p.add_argument("--snapshot-workers", type=_workers, default=1, metavar="N",
                    help="connections copying the snapshot in parallel (large tables are "
                         "split into block ranges; default 1)")
     p.add_argument("--progress", choices=["auto", "tty", "log", "off"], default="auto",
