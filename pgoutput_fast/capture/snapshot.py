@@ -276,6 +276,13 @@ def plan_tasks(tables: list, workers: int, range_blocks: int = RANGE_BLOCKS) -> 
 
 
 def copy_sql(table: SnapshotTable, source: str, lo, hi, binary: bool) -> str:
+    fmt = " (FORMAT binary)" if binary else ""
+    if (not table.rowfilter and lo is None and table.columns
+            and not (binary and any(c[4] == "t" for c in table.columns))):
+        # the whole table: COPY t (cols), as the table-sync worker does (no executor;
+        # COPY TO never reads inheritance children or partitions)
+        cols = ", ".join(_quote_ident(c[0]) for c in table.columns)
+        return f"COPY {source} ({cols}) TO STDOUT{fmt}"
     where = []
     if table.rowfilter:
         where.append(f"({table.rowfilter})")
@@ -286,7 +293,7 @@ def copy_sql(table: SnapshotTable, source: str, lo, hi, binary: bool) -> str:
     sql = f"SELECT {table.select_list(binary)} FROM ONLY {source}"
     if where:
         sql += " WHERE " + " AND ".join(where)
-    return f"COPY ({sql}) TO STDOUT" + (" (FORMAT binary)" if binary else "")
+    return f"COPY ({sql}) TO STDOUT{fmt}"
 
 
 # ======================================================================================
