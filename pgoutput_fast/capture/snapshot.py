@@ -26,7 +26,9 @@ How it goes (``initial_snapshot``)
    what a binary TupleData column carries; a column whose type has no send function is
    selected as its output text and sent as ``'t'``, as pgoutput does), text COPY in
    text mode (unescaped: a field is then the output function's text, as pgoutput sends
-   it). Each row becomes one Insert message.
+   it). Each row becomes one Insert message: in C with the GIL released (``CopyRows``,
+   ``src/snapshot_copy.pxi``, on psycopg2's own libpq), or by ``RowSink`` through
+   ``copy_expert`` with ``PGOUTPUT_FAST_IMPL=python``.
 5. A chunk of rows (at most ``chunk_bytes``) becomes one synthetic transaction:
    ``Begin`` (xid 0), the ``Type`` messages of the table's non-built-in column types,
    its ``Relation``, the Inserts, ``Commit``. Chunk ``k`` commits at ``base + k``, below
