@@ -189,3 +189,19 @@ class CopyReader:
         """Forget the connection (it is closed): ``fill`` raises from now on."""
     def fill(self, batch: MessageColumns, ctrl: list[int], max_bytes: int) -> int:
         """Read into ``batch`` (control-message indices into ``ctrl``); one of the constants."""
+
+@final
+class CopyRows:
+    """One ``COPY ... TO STDOUT`` on a connection, its rows as Insert messages (the
+    initial snapshot; libpq functions passed by address: pgoutput_fast/capture/snapshot.py)."""
+
+    rows: int
+    copy_bytes: int
+    def __init__(self, pgconn: int, functions: dict[str, int], relid: int, fmts: bytes,
+                 binary: bool) -> None: ...
+    def detach(self) -> None: ...
+    def start(self, sql: bytes) -> None:
+        """Send the COPY and wait for the server to start it."""
+    def fill(self, out: MessageColumns, max_bytes: int) -> int:
+        """Append rows until ``max_bytes`` more message bytes are in ``out`` (1) or the
+        COPY ended (0)."""

@@ -24,6 +24,7 @@
     export.pxi         the change-event table's schema and export to Arrow
     message_batch.pxi  a feed()'s messages as a C array (MessageBatch)
     capture_loop.pxi   the capture's receive loop (libpq CopyData -> message columns)
+    snapshot_copy.pxi  the initial snapshot's COPY rows -> Insert messages (CopyRows)
 """
 
 cimport cython
@@ -54,3 +55,4 @@ include "truncate_message.pxi"
 include "export.pxi"
 include "message_batch.pxi"
 include "capture_loop.pxi"
+include "snapshot_copy.pxi"

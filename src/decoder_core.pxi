@@ -276,6 +276,7 @@ cdef class DecoderCore:
         self.ctx.commit_lsn = <int64_t><uint64_t>msg.final_lsn
         self.ctx.commit_ts = _unix_ts(msg.commit_ts, 9, "B")
         self.ctx.xid = msg.xid
+        self.ctx.snapshot = msg.xid == 0
         self.ctx.seq = 0
         self.ctx.origin = -1
         self.txn_messages = []
@@ -301,6 +302,7 @@ cdef class DecoderCore:
         else:
             self._drop_carry()
             self._commit_rows()
+        self.ctx.snapshot = 0
         return 0
 
     cdef void _commit_rows(self):
@@ -456,7 +458,7 @@ cdef class DecoderCore:
         c.pos += 4
         self._touch(rb)
         if self.want_events:
-            self._ev_row(rb, m, b'c' if t == MSG_INSERT else (b'u' if t == MSG_UPDATE else b'd'), -1)
+            self._ev_row(rb, m, insert_op(&self.ctx) if t == MSG_INSERT else (b'u' if t == MSG_UPDATE else b'd'), -1)
         if rd_u8(c, &b) < 0:
             self._fail_cursor(c)
         if t == MSG_INSERT:
@@ -496,7 +498,7 @@ cdef class DecoderCore:
         if cur_expect_end(c) < 0:
             self._fail_cursor(c)
         if self.want_tables:
-            if meta_append(&rb.meta, m.lsn, &self.ctx, b'c' if t == MSG_INSERT else (b'u' if t == MSG_UPDATE else b'd')) < 0:
+            if meta_append(&rb.meta, m.lsn, &self.ctx, insert_op(&self.ctx) if t == MSG_INSERT else (b'u' if t == MSG_UPDATE else b'd')) < 0:
                 raise MemoryError()
         if self.want_events:
             self._ev_toast_end()
@@ -574,7 +576,7 @@ cdef class DecoderCore:
                     self._scan_typed_from(m, &c, rb, cols, 0, meta.rows, k, rc)
                     if cur_expect_end(&c) < 0:
                         self._fail_cursor(&c)
-                meta_put(meta, m.lsn, ctx, b'c' if p[0] == MSG_INSERT else b'u')
+                meta_put(meta, m.lsn, ctx, insert_op(ctx) if p[0] == MSG_INSERT else b'u')
                 ctx.seq += 1
                 i += 1
         index[0] = i

@@ -57,6 +57,15 @@ cdef struct Ctx:
     int64_t xid
     int64_t seq
     int32_t origin          # index into DecoderCore.origins, -1 = none
+    int32_t snapshot        # a Begin with xid 0 (the initial snapshot's): inserts are 'r'
+
+
+cdef inline char insert_op(const Ctx *ctx) noexcept nogil:
+    """The op of an insert: 'c', or 'r' (read) in a Begin..Commit whose Begin carries
+    xid 0, which no real transaction has: the initial snapshot's (capture/snapshot.py).
+    The flag, not ctx.xid: the rows a streamed or prepared transaction keeps on arrival
+    are written with the ctx of the last Begin..Commit."""
+    return b'r' if ctx.snapshot else b'c'
 
 
 cdef struct Meta:
@@ -127,12 +136,13 @@ cdef inline void meta_put_run(Meta *m, const MsgRef *refs, Py_ssize_t n, Ctx *ct
     for r in range(n):
         v = seq + r
         memcpy(d + 8 * r, &v, 8)
+    cdef unsigned char ins = <unsigned char>insert_op(ctx)
     d = m.op.data + m.op.len
     if op:
         memset(d, op, <size_t>n)
     else:
         for r in range(n):
-            d[r] = 99 if refs[r].p[0] == MSG_INSERT else 117      # 'c' / 'u'
+            d[r] = ins if refs[r].p[0] == MSG_INSERT else 117      # 'c' (or 'r') / 'u'
     d = m.origin.data + m.origin.len
     for r in range(n):
         memcpy(d + 4 * r, &origin, 4)

@@ -145,6 +145,7 @@ cdef int pending_replay(DecoderCore self, Spool sp, uint64_t commit_lsn, int64_t
     self.ctx.commit_lsn = <int64_t>commit_lsn
     self.ctx.commit_ts = _unix_ts(commit_ts, ts_offset, mtype)
     self.ctx.xid = xid
+    self.ctx.snapshot = 0
     self.ctx.seq = 0
     self.ctx.origin = sp.origin
     cdef int rc

@@ -292,12 +292,16 @@ class RelRows:
 class Ctx:
     """Metadata of the transaction whose changes are being written."""
 
-    def __init__(self, commit_lsn=0, commit_ts=0, xid=0, origin=None):
+    def __init__(self, commit_lsn=0, commit_ts=0, xid=0, origin=None, snapshot=False):
         self.commit_lsn = commit_lsn   # int64
         self.commit_ts = commit_ts     # Unix-epoch µs
         self.xid = xid
         self.seq = 0
         self.origin = origin
+        #: a Begin..Commit whose Begin carries xid 0 (the initial snapshot's): its
+        #: inserts are 'r' (set by Begin only: a replayed stream or prepared transaction
+        #: with xid 0 stays 'c', as in the native core)
+        self.snapshot = snapshot
 
 
 class Change:
@@ -474,7 +478,8 @@ class DecoderCore:
         msg = decode_message(data)
         self._require(NONE, data, "Begin")
         self.state = TXN
-        self.ctx = Ctx(_signed64(msg.final_lsn), _unix_ts(msg.commit_ts, 9, "B"), msg.xid)
+        self.ctx = Ctx(_signed64(msg.final_lsn), _unix_ts(msg.commit_ts, 9, "B"), msg.xid,
+                       snapshot=msg.xid == 0)
         self.txn_messages = []
         self._drop_carry()
         self.txn_part_start = index + 1
@@ -492,7 +497,7 @@ class DecoderCore:
             self._drop_carry()
             self.cur = None
             c = self.ctx
-            self.ctx = Ctx(c.commit_lsn, c.commit_ts, c.xid)
+            self.ctx = Ctx(c.commit_lsn, c.commit_ts, c.xid, snapshot=c.snapshot)
             self._replay_records(sp)
         else:
             self._drop_carry()
@@ -827,6 +832,8 @@ class DecoderCore:
 
     def _meta(self, op, lsn):
         c = self.ctx
+        if op == "c" and c.snapshot:
+            op = "r"        # a snapshot row: its transaction's Begin carries xid 0
         return {"op": op, "lsn": _signed64(lsn), "commit_lsn": c.commit_lsn,
                 "commit_ts": c.commit_ts, "xid": c.xid, "seq": c.seq, "origin": c.origin}
 

@@ -33,6 +33,11 @@ transaction is lost or written twice. SIGINT/SIGTERM: finish the current
 segment, confirm it, exit 0. Read the result with
 pgoutput_fast.capture.read_segments(DIR).
 
+With --create-slot the rows the published tables already hold are copied
+first (--snapshot initial), inside the new slot's exported snapshot, as
+transactions ahead of the stream (op 'r'); the stream starts once they are
+durable. A snapshot cut short is copied again at the next start.
+
 The connection string: --dsn, else --dsn-file, else $PGOUTPUT_FAST_DSN, else
 libpq's environment (PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD,
 PGPASSFILE, PGSERVICE), which also fills any key the string lacks. Keep the
@@ -91,6 +96,16 @@ def _seconds(text):
     return value
 
 
+def _workers(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of workers: {text!r}") from None
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"must be 1 to 64 workers, not {value}")
+    return value
+
+
 def publications(values) -> list:
     """The exact publication names of the ``--publication`` values (each may hold
     several, comma-separated; spaces around a comma are dropped)."""
@@ -143,6 +158,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "creates gets the matching x bits: 0700)")
     p.add_argument("--slot-busy-timeout", type=_seconds, default=10.0, metavar="SECONDS",
                    help="wait this long for a slot another process holds (default 10)")
+    p.add_argument("--snapshot", choices=["initial", "never", "only"], default=None,
+                   help="copy the rows the published tables already hold, inside the new "
+                        "slot's exported snapshot, ahead of the stream (op 'r'): initial "
+                        "(then stream), only (then exit 0), never. Default: initial with "
+                        "--create-slot, else never")
+    p.add_argument("--snapshot-workers", type=_workers, default=1, metavar="N",
+                   help="connections copying the snapshot in parallel (large tables are "
+                        "split into block ranges; default 1)")
     p.add_argument("--progress", choices=["auto", "tty", "log", "off"], default="auto",
                    help="live line on a terminal, JSON lines otherwise (stderr)")
 
@@ -197,9 +220,13 @@ def _run(args, stop) -> int:
             origin=args.origin, segment_bytes=args.segment_size,
             segment_seconds=args.segment_seconds, memory_bytes=args.memory_budget,
             until_lsn=args.until_lsn, progress=args.progress, file_mode=args.file_mode,
-            slot_busy_timeout=args.slot_busy_timeout,
+            slot_busy_timeout=args.slot_busy_timeout, snapshot=args.snapshot,
+            snapshot_workers=args.snapshot_workers,
             # tests: widen the window between a durable checkpoint and its status update
             ack_delay=float(os.environ.get("PGOUTPUT_FAST_CAPTURE_ACK_DELAY", "0") or 0))
+        # tests: a pause per snapshot transaction written (a window to kill it mid-copy)
+        cfg.snapshot_chunk_delay = float(
+            os.environ.get("PGOUTPUT_FAST_SNAPSHOT_CHUNK_DELAY", "0") or 0)
         result = run_capture(cfg, stop)
     except Exception as exc:
         return _failed(exc, dsn, debug)
@@ -208,6 +235,8 @@ def _run(args, stop) -> int:
                transactions=result.transactions, segments=result.segments,
                flush_lsn=format_lsn(result.flush_lsn), seconds=round(result.seconds, 3),
                peak_rss=result.peak_rss)
+    if result.snapshot is not None:
+        print(json.dumps({"snapshot": result.snapshot}), file=sys.stderr)
     print(f"captured {result.messages:,} messages ({result.bytes / 1e6:.1f} MB), "
           f"{result.transactions:,} transactions in {result.segments} segments; "
           f"confirmed {format_lsn(result.flush_lsn)}; peak RSS {result.peak_rss / 2**20:.0f} MiB",

@@ -18,6 +18,7 @@ from .store import (DirectoryLock, dir_mode, new_capture_id, plan_recovery, upgr
                     write_checkpoint)
 from .stream import (ConnectFailed, ConnectionLost, ReplicationStream, SlotBusy, choose_options,
                      publication_list)
+from .snapshot import initial_snapshot, snapshot_mode, snapshot_needed
 from .tracker import TransactionTracker
 from .writer import SegmentWriter
 
@@ -33,7 +34,8 @@ class CaptureConfig:
                  log_interval=10.0,
                  max_backoff=30.0, max_reconnects=None, stop_timeout=60.0, write_delay=0.0,
                  compression="zstd", ack_delay=0.0, file_mode=0o600, slot_busy_timeout=10.0,
-                 idle_checkpoint_seconds=1.0):
+                 idle_checkpoint_seconds=1.0, snapshot=None, snapshot_workers=1,
+                 snapshot_range_blocks=None):
         self.dsn = dsn
         self.slot = slot
         self.publication = publication
@@ -70,6 +72,16 @@ class CaptureConfig:
         self.slot_busy_timeout = slot_busy_timeout
         #: at most one checkpoint a this often to confirm the server's position while idle
         self.idle_checkpoint_seconds = idle_checkpoint_seconds
+        #: the initial snapshot: "initial", "never", "only"; None: "initial" with
+        #: ``create_slot``, else "never" (``capture/snapshot.py``)
+        self.snapshot = snapshot
+        #: connections copying the snapshot in parallel (all in the same exported snapshot)
+        self.snapshot_workers = max(1, int(snapshot_workers))
+        #: with more than one worker, tables are split into ranges of this many blocks
+        self.snapshot_range_blocks = snapshot_range_blocks
+        #: tests only: a pause after each snapshot transaction written (a window to kill
+        #: capture in the middle of the copy)
+        self.snapshot_chunk_delay = 0.0
 
 
 class CaptureResult:
@@ -83,6 +95,7 @@ class CaptureResult:
         self.flush_lsn = 0
         self.seconds = 0.0
         self.peak_rss = 0          # the process's peak resident set size, bytes
+        self.snapshot = None       # the initial snapshot's summary (a dict), when copied
 
     def __repr__(self):
         return (f"CaptureResult(messages={self.messages}, bytes={self.bytes}, "
@@ -200,6 +213,18 @@ def _setup_slot(stream: ReplicationStream, cfg: CaptureConfig, pubs: list, creat
     return info
 
 
+def _create_publications(stream, cfg, pubs, created):
+    missing = stream.missing_publications(pubs)
+    if missing and not cfg.create_slot:
+        raise ServerRefused(
+            f"publication {', '.join(repr(m) for m in missing)} does not exist in database "
+            f"{stream.database!r}: create it (CREATE PUBLICATION ... FOR TABLE ...) before the "
+            "slot, or pass --create-slot to create both (FOR ALL TABLES)")
+    for name in missing:
+        stream.create_publication(name)
+        created.setdefault("publications", []).append(name)
+
+
 def _slot_busy_message(cfg, pid):
     return (f"replication slot {cfg.slot!r} is in use by another process (pid {pid}) and stayed "
             f"so for {cfg.slot_busy_timeout:g} s: stop that consumer (or terminate it with "
@@ -286,11 +311,24 @@ def run_capture(cfg: CaptureConfig, stop_event: threading.Event | None = None) -
                 connected_once = True
                 system_id, database = stream.identify()
                 stream.database = database
+                stream.system_identifier = system_id
                 _check_identity(rec, out, system_id, database, cfg.slot, pubs)
                 options = choose_options(
                     stream.version_num, pubs, proto_version=cfg.proto_version,
                     binary=cfg.binary, messages=cfg.messages, streaming=cfg.streaming,
                     two_phase=cfg.two_phase, origin=cfg.origin)
+                if snapshot_needed(cfg, rec.state):
+                    _create_publications(stream, cfg, pubs, created)
+                    done = initial_snapshot(cfg, stream, rec, pubs, options, progress,
+                                            stop_event, result, created)
+                    # from now on the directory owns the slot: never dropped on failure
+                    created.pop("slot", None)
+                    started = True
+                    rec = plan_recovery(out)
+                    if done is None:
+                        break
+                if snapshot_mode(cfg) == "only":
+                    break
                 confirmed = _setup_slot(stream, cfg, pubs, created, stop_event)[0]
                 rec.check_slot(confirmed, cfg.slot)
                 removed = rec.apply(cfg.file_mode)

@@ -40,6 +40,10 @@ def _open(directory) -> tuple[CaptureState, list]:
                 "directory capture wrote)" if any(n.endswith(".parquet") for n in names)
                 else "is not a capture directory (no checkpoint.json)")
         raise SegmentError(f"{directory}: {what}")
+    if state.snapshot is not None and state.snapshot.get("state") != "done":
+        # the initial snapshot is still being copied (or was cut short): no segment is
+        # readable before the whole snapshot is durable
+        return state, []
     if state.format == 1:
         return state, legacy_entries(directory, state)
     entries, _tail = read_manifest(directory, state)

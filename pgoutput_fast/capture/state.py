@@ -37,6 +37,10 @@ class CaptureState:
     * The manifest's extent (``manifest_entries``, ``manifest_bytes``,
       ``manifest_chain``): the segments this checkpoint vouches for, and the hash chain
       over their manifest lines (``store.py``).
+    * ``snapshot``: None (no initial snapshot), or the initial snapshot's record
+      (``capture/snapshot.py``): ``state`` is ``creating`` / ``copying`` (cut short if
+      found at a start: readers see no segment, the next start copies again) or
+      ``done``, with the slot, its consistent point and the summary.
     """
 
     def __init__(self):
@@ -58,6 +62,7 @@ class CaptureState:
         self.manifest_entries = 0
         self.manifest_bytes = 0
         self.manifest_chain = None
+        self.snapshot = None
 
     def copy(self):
         s = CaptureState()
@@ -65,6 +70,7 @@ class CaptureState:
         s.open_streams = set(self.open_streams)
         s.finished_streams = dict(self.finished_streams)
         s.prepares = [list(p) for p in self.prepares]
+        s.snapshot = dict(self.snapshot) if self.snapshot is not None else None
         return s
 
     @property
@@ -73,7 +79,7 @@ class CaptureState:
         return max(self.durable_lsn, self.acked_lsn)
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "format": FORMAT,
             "capture_id": self.capture_id,
             "system_identifier": self.system_identifier,
@@ -92,6 +98,9 @@ class CaptureState:
             "manifest": {"entries": self.manifest_entries, "bytes": self.manifest_bytes,
                          "chain": self.manifest_chain},
         }
+        if self.snapshot is not None:
+            out["snapshot"] = self.snapshot
+        return out
 
     @classmethod
     def from_json(cls, d) -> "CaptureState":
@@ -119,6 +128,8 @@ class CaptureState:
         s.manifest_entries = int(m.get("entries", 0))
         s.manifest_bytes = int(m.get("bytes", 0))
         s.manifest_chain = m.get("chain")
+        snap = d.get("snapshot")
+        s.snapshot = dict(snap) if isinstance(snap, dict) else None
         return s
 
     def prune(self, confirmed_flush: int):

@@ -434,6 +434,10 @@ def plan_recovery(directory) -> Recovery:
                 "or capture into a new directory")
         return rec
     rec.state = state
+    if state.snapshot is not None and state.snapshot.get("state") != "done":
+        # an initial snapshot cut short: its segments were never readable and nothing
+        # was confirmed; the next start removes them and copies again (snapshot.py)
+        return rec
     if state.format == LEGACY_FORMAT:
         rec.legacy = True
     else:

@@ -312,6 +312,7 @@ class ReplicationStream:
         self.last_status = 0.0
         self.status_interval = 10.0
         self.database: Any = None
+        self.system_identifier: Any = None
         self.backend_pid: Any = None
         self.session_started = False   # START_REPLICATION succeeded on this connection
         self._pgconn: Any = None

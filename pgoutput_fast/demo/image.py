@@ -219,7 +219,7 @@ class TableImage:
         if op == "t":
             t.clear()
             return
-        if op == "c":
+        if op in ("c", "r"):     # r: a snapshot row (an insert)
             if toast:
                 self._fail(f"{where}: insert with unchanged-TOAST columns {toast} (value unknown)")
             self._check_unique(t, new, where)
@@ -354,7 +354,7 @@ class TableImage:
             toast = list(get["unchanged_toast"][i] or ())
             kind = get["before_kind"][i]
             keys = self._event_keys(key_columns, name, get["relid"][i], get["lsn"][i], t)
-            if op in ("c", "u"):
+            if op in ("c", "r", "u"):
                 shape = [c for c in after] + [c for c in toast if c not in after]
                 known = self._event_columns(key_columns, name, get["relid"][i], get["lsn"][i])
                 if known is not None:

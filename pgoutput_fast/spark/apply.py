@@ -426,7 +426,7 @@ def events_batch_to_typed(batch, catalog, table, binary_unknown: bool = False,
     before_specials: list[list] = [[] for _ in range(n)]
     version_ids = np.full(n, versions[-1].version, np.int32)
     for i in range(n):
-        if ops[i] in ("c", "u"):
+        if ops[i] in ("c", "r", "u"):
             names = set(after_maps[i] or ()) | set(toasts[i] or ())
             v = next((vid for vid, cols in by_names if cols == names), None)
             if v is None:

@@ -36,7 +36,7 @@ def to_delta_cdf(df):
         df = df.select(F.col("schema"), F.col("table"), F.col("before"), F.col("after"), F.col("op"),
                        F.col("commit_lsn").alias("_commit_lsn"), F.col("commit_ts").alias("_commit_ts"),
                        F.col("seq").alias("_seq"))
-        post = F.when(F.col("op") == "c", F.array(F.struct(F.col("after").alias("data"), F.lit("insert").alias("t"))))
+        post = F.when(F.col("op").isin("c", "r"), F.array(F.struct(F.col("after").alias("data"), F.lit("insert").alias("t"))))
         post = post.when(F.col("op") == "u", F.filter(F.array(
             F.struct(F.col("before").alias("data"), F.lit("update_preimage").alias("t")),
             F.struct(F.col("after").alias("data"), F.lit("update_postimage").alias("t"))),
@@ -48,7 +48,7 @@ def to_delta_cdf(df):
     cols = [c for c in df.columns if not c.startswith("_")]
     new = F.struct(*[F.col(c) for c in cols])
     old = F.struct(*[F.col("_before")[c].alias(c) for c in cols]) if cols else F.struct(F.lit(None).alias("_"))
-    images = (F.when(F.col("_op") == "c", F.array(F.struct(new.alias("r"), F.lit("insert").alias("t"))))
+    images = (F.when(F.col("_op").isin("c", "r"), F.array(F.struct(new.alias("r"), F.lit("insert").alias("t"))))
               .when(F.col("_op") == "u", F.filter(F.array(
                   F.struct(F.when(F.col("_before").isNotNull(), old).alias("r"), F.lit("update_preimage").alias("t")),
                   F.struct(new.alias("r"), F.lit("update_postimage").alias("t"))), lambda x: x["r"].isNotNull()))

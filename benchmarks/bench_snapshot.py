@@ -1,0 +1,112 @@
+"""Initial snapshot throughput: ``capture --snapshot only`` of one table against
+``psql -c "COPY t TO STDOUT (FORMAT binary)" > /dev/null``, in the same run.
+
+One private PostgreSQL, one table (ROWS rows of ~100 bytes: int4, int8, text,
+timestamptz, float8). The three are run alternately, ROUNDS times (psql, snapshot with
+1 worker, snapshot with 2 workers; the order rotates each round), so that a machine
+whose load changes weighs on all alike; the medians and their ratios are printed. The
+snapshot does more than psql: it turns every row into a pgoutput Insert, writes zstd
+Parquet segments with page checksums, fsyncs, hashes and checkpoints them; the
+summary's ``write_seconds`` is the writer's share (Parquet encoding, fsync, manifest).
+
+Run: ``pytest benchmarks/bench_snapshot.py -s -p no:xdist`` (PGOUTPUT_FAST_SNAPSHOT_ROWS
+sets the size, default 500000).
+"""
+
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+ROWS = int(os.environ.get("PGOUTPUT_FAST_SNAPSHOT_ROWS", "500000"))
+ROUNDS = 5
+
+
+@pytest.fixture(scope="module")
+def server():
+    from pgoutput_fast.local_server import PostgresServer, find_bindir
+    from pgoutput_fast.demo import workload
+
+    if find_bindir(required=False) is None:
+        pytest.skip("no PostgreSQL server binaries")
+    pg = PostgresServer()
+    pg.start()
+    conn = pg.connect()
+    workload._exec(conn, "CREATE TABLE bench (id int PRIMARY KEY, a int8, b text, c timestamptz, d float8)")
+    workload._exec(conn, "INSERT INTO bench SELECT g, g * 7, md5(g::text) || md5((g+1)::text), "
+                         "now(), g / 3.0 FROM generate_series(1, %s) g", (ROWS,))
+    workload._exec(conn, "VACUUM ANALYZE bench")
+    workload._exec(conn, "CREATE PUBLICATION bench_pub FOR TABLE bench")
+    yield {"pg": pg, "conn": conn}
+    conn.close()
+    pg.stop()
+
+
+def _psql(server):
+    pg = server["pg"]
+    t = time.perf_counter()
+    subprocess.run([os.path.join(pg.bindir, "psql"), pg.dsn(), "-X", "-q", "-c",
+                    "COPY bench TO STDOUT (FORMAT binary)"], stdout=subprocess.DEVNULL, check=True)
+    return time.perf_counter() - t, None
+
+
+def _snapshot(server, workers):
+    from pgoutput_fast.capture import CaptureConfig, run_capture
+
+    pg = server["pg"]
+    out = tempfile.mkdtemp(prefix="pgoutput_fast_bench_snapshot_")
+    try:
+        t = time.perf_counter()
+        u0 = resource.getrusage(resource.RUSAGE_SELF)
+        r = run_capture(CaptureConfig(pg.dsn(), "bench_snap", "bench_pub", out, create_slot=True,
+                                      binary=True, snapshot="only", snapshot_workers=workers,
+                                      progress="off"))
+        wall = time.perf_counter() - t
+        u1 = resource.getrusage(resource.RUSAGE_SELF)
+        assert r.snapshot["rows"] == ROWS, r.snapshot
+        summary = dict(r.snapshot)
+        # CPU of this process (every thread: COPY reading and conversion, Parquet, fsync)
+        summary["cpu_s"] = (u1.ru_utime - u0.ru_utime) + (u1.ru_stime - u0.ru_stime)
+        return wall, summary
+    finally:
+        with server["conn"].cursor() as cur:
+            cur.execute("SELECT pg_drop_replication_slot('bench_snap')")
+        shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.mark.benchmark(group="snapshot")
+def test_snapshot_vs_psql_copy_binary(benchmark, server):
+    runs = {"psql": [], "w1": [], "w2": []}
+    summaries = {"w1": [], "w2": []}
+    order = ["psql", "w1", "w2"]
+
+    def one_round():
+        for name in order:
+            wall, summary = _psql(server) if name == "psql" else _snapshot(server, int(name[1]))
+            runs[name].append(wall)
+            if summary:
+                summaries[name].append(summary)
+        order.append(order.pop(0))
+
+    benchmark.pedantic(one_round, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    med = {k: statistics.median(v[-ROUNDS:]) for k, v in runs.items()}
+    write = {k: statistics.median(s["write_seconds"] for s in v[-ROUNDS:]) for k, v in summaries.items()}
+    info = {
+        "rows": ROWS,
+        "psql_s": round(med["psql"], 3),
+        "snapshot_1_worker_s": round(med["w1"], 3),
+        "snapshot_2_workers_s": round(med["w2"], 3),
+        "ratio_1_worker": round(med["psql"] / med["w1"], 2),
+        "ratio_2_workers": round(med["psql"] / med["w2"], 2),
+        "speedup_2_workers": round(med["w1"] / med["w2"], 2),
+        "writer_s_1_worker": round(write["w1"], 3),
+        "capture_cpu_s_1_worker": round(statistics.median(x["cpu_s"] for x in summaries["w1"][-ROUNDS:]), 3),
+        "message_mb": round(summaries["w1"][-1]["message_bytes"] / 1e6, 1),
+    }
+    benchmark.extra_info.update(info)
+    print("\nsnapshot vs psql COPY (binary) -> /dev/null:", info)
