@@ -20,11 +20,11 @@ for impl in native python; do
     # messages, the values, the CLI and capture's Python receive loop. It leaves out what
     # does not depend on it or runs the native decoder anyway, already run above:
     # test_decoder_parity.py (drives both implementations whatever PGOUTPUT_FAST_IMPL
-    # says), the Spark pipeline and the demo (they call the decoder API the decoder
-    # tests cover; under the reference they take 10 minutes longer), capture's
+    # says), the Spark pipeline, the Delta sink and the demo (they call the decoder API
+    # the decoder tests cover; under the reference they take 10 minutes longer), capture's
     # fault and signal tests (directory and process handling), the package checks.
     [ "$impl" = python ] && skip=(--ignore=tests/decoder/test_decoder_parity.py
-        --ignore=tests/spark --ignore=tests/demo --ignore=tests/package
+        --ignore=tests/spark --ignore=tests/delta --ignore=tests/demo --ignore=tests/package
         --ignore=tests/local_server --ignore=tests/capture/test_capture_durability.py
         --ignore=tests/capture/test_capture_signals.py)
     log "pytest with PGOUTPUT_FAST_IMPL=$impl"
