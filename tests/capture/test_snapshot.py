@@ -422,7 +422,7 @@ def test_refusals(world, tmp_path):
 
 
 @pytest.mark.postgres
-def test_spark_apply_of_snapshot_and_stream(world, spark, tmp_path):
+def test_spark_apply_of_snapshot_and_stream(world, request, tmp_path):
     """The last round trip's directory (snapshot rows 'r', then the stream) through
     Spark: read_segments -> build_catalog -> decode -> apply_changes per table: every
     table equals PostgreSQL's rows at the end of that capture; applying again changes
@@ -431,6 +431,7 @@ def test_spark_apply_of_snapshot_and_stream(world, spark, tmp_path):
 
     if world["pg"].version_num < 160000:
         pytest.skip("run once, on the newer server")
+    spark = request.getfixturevalue("spark")      # (started only when it runs)
     last = world["last"]
     binary = last["binary"]
     target = str(tmp_path / "tables")
