@@ -515,3 +515,40 @@ def test_snapshot_transactions_are_op_r(impl, split):
     want = {1: "r", 2: "r", 5: "r", 3: "c", 4: "c", 6: "c"}
     assert typed == want
     assert events == want
+
+
+@pytest.mark.postgres
+def test_stop_mid_snapshot_drops_the_slot(world, tmp_path):
+    """A stop (SIGTERM) while the snapshot is copied: run_capture returns, nothing was
+    confirmed, the slot is gone, readers see nothing; the next start copies again."""
+    pg = world["pg"]
+    slot = "snap_stop"
+    out = str(tmp_path / "cap")
+    cfg = CaptureConfig(pg.dsn(), slot, world["pubs"], out, create_slot=True, binary=True,
+                        progress="off", chunk_bytes=64 << 10, segment_bytes=128 << 10)
+    cfg.snapshot_chunk_delay = 0.05
+    stop = threading.Event()
+
+    def stop_when_copying():
+        _wait(lambda: capture.load_state(out) is not None
+              and capture.load_state(out).last_segment >= 1, what="a durable snapshot segment")
+        stop.set()
+
+    timer = threading.Thread(target=stop_when_copying, daemon=True)
+    timer.start()
+    result = capture.run_capture(cfg, stop)
+    timer.join(10)
+    assert result.snapshot is None and result.flush_lsn == 0
+    st = capture.load_state(out)
+    assert st.snapshot["state"] == "copying" and st.last_segment >= 1
+    assert capture.segment_paths(out) == []
+    with world["conn"].cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        assert cur.fetchone()[0] == 0
+    again = capture.run_capture(CaptureConfig(pg.dsn(), slot, world["pubs"], out,
+                                              create_slot=True, binary=True, progress="off",
+                                              snapshot="only"))
+    assert again.snapshot["rows"] > 12000
+    assert capture.load_state(out).snapshot["state"] == "done" and capture.segment_paths(out)
+    with world["conn"].cursor() as cur:
+        cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
