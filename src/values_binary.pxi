@@ -535,7 +535,9 @@ cdef int bin_array(Column *c, const unsigned char *p, Py_ssize_t n, const char *
         dim = pgo_be32s(p + pos)
         lb = pgo_be32s(p + pos + 4)
         pos += 8
-        if dim < 0 or (dim > 0 and lb > INT32_MAX - (dim - 1)):
+        # array_recv's ArrayCheckBounds: dim + lb must not overflow int32 (so the last
+        # subscript is below INT32_MAX), whatever the dimension's length, 0 included
+        if dim < 0 or lb > INT32_MAX - dim:
             why[0] = b"invalid binary array dimension"
             return -1
         nitems *= dim

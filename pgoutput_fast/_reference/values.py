@@ -578,7 +578,7 @@ def _bin_array(ct: ColumnType, data: bytes):
     for _ in range(ndim):
         dim, lb = struct.unpack(">ii", data[pos : pos + 8])
         pos += 8
-        if dim < 0 or (dim > 0 and lb + dim - 1 > INT32_MAX):
+        if dim < 0 or lb + dim > INT32_MAX:  # array_recv's ArrayCheckBounds
             raise _Bad("invalid binary array dimension")
         nitems *= dim
         if nitems > 134217727:

@@ -7,6 +7,11 @@ message) and ``ordinal`` (the message's position in the whole capture). Feed the
 segments, in order, to one ``pgoutput_fast.Decoder``: ``read_segments(dir)`` /
 ``iter_segments(dir)``.
 
+With ``--create-slot`` the rows the published tables already hold come first
+(``--snapshot initial``): the slot is created with an exported snapshot, the tables are
+copied inside it and written as synthetic transactions below the slot's consistent
+point (op ``'r'``), durable before the stream starts (``snapshot.py``).
+
 How a transaction is neither lost nor duplicated
 ------------------------------------------------
 

@@ -61,12 +61,10 @@ copies everything again. A slot that moved is refused (exit 5), nothing changed.
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import re
 import struct
-import sys
 import threading
 import time
 

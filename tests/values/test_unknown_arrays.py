@@ -101,6 +101,9 @@ BAD_BINARY = [
     struct.pack(">iiI", 1, 0, 1) + struct.pack(">ii", 2**31 - 1, 1),           # huge
     struct.pack(">iiI", 2, 0, 1) + struct.pack(">iiii", 65536, 1, 65536, 1),   # > MaxArraySize
     struct.pack(">iiI", 1, 0, 1) + struct.pack(">ii", 2, 2**31 - 1),           # ub overflows
+    # last subscript INT32_MAX: array_recv's ArrayCheckBounds wants dim + lb in int32
+    struct.pack(">iiI", 1, 1, 1) + struct.pack(">iii", 1, 2**31 - 1, -1),
+    struct.pack(">iiI", 2, 1, 1) + struct.pack(">iiiii", 1, 1, 1, 2**31 - 1, -1),
     struct.pack(">iiI", 1, 0, 1) + struct.pack(">ii", 1, 1),                   # no element
     struct.pack(">iiI", 1, 0, 1) + struct.pack(">iii", 1, 1, -2),              # length -2
     struct.pack(">iiI", 1, 0, 1) + struct.pack(">iii", 1, 1, 5) + b"abc",      # length > rest
