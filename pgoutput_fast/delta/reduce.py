@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -215,12 +216,13 @@ def reduce_events(ev: pa.Table, columns: list, keys: list) -> tuple[pa.Table, pa
     rows_meta: list = []         # (event index of the position, action, toast list, ref)
     carries_src: list = []
     carries_meta: list = []
-    toast_list = toast.to_pylist() if slow_group.any() else None
+    toast_list: list = toast.to_pylist() if slow_group.any() else []
     lsn = _col(ev, "_commit_lsn").to_numpy()
     seq = _col(ev, "_seq").to_numpy()
     for g in np.flatnonzero(slow_group):
         s, e = starts[g], ends[g]
-        state = None       # None: the target's row; "d": deleted; else (src, unresolved, ref)
+        # None: the target's row; "d": deleted; else (src, unresolved, ref)
+        state: Any = None
         for i in range(s, e):
             k = kind[i]
             if k == "w":

@@ -79,7 +79,7 @@ def test_demo_end_to_end():
         assert {"b", "P", "K", "r", "p"} <= kinds, counts  # two-phase
     assert "binary" in r.stdout and "MB/s" in r.stdout and "rows/s" in r.stdout
     # the Spark pipeline ran: segments -> decode -> apply -> snapshots compared above
-    assert "Spark snapshot" in r.stdout and "decode (change events) in mapInArrow" in r.stdout
+    assert "Delta table (Spark)" in r.stdout and "decode (change events) in mapInArrow" in r.stdout
 
 
 @pytest.mark.postgres
