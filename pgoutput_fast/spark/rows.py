@@ -407,7 +407,9 @@ def _conform_arrow(t, version, schema):
 def _feed_group(dec, rows, bodies, cv, lv):
     """All rows of a group as one synthetic transaction: B, the changes, C."""
     c0 = int(cv[rows[0]])
-    msgs = [_BEGIN.pack(b"B", c0, 0, 0)]
+    # xid 1, not 0: a Begin with xid 0 is the initial snapshot's (its inserts are op 'r');
+    # rows given one by one carry no Begin, so their inserts are 'c'
+    msgs = [_BEGIN.pack(b"B", c0, 0, 1)]
     lsns = [c0]
     for i in rows:
         msgs.append(bodies[i])
