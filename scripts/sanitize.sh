@@ -66,6 +66,12 @@ if [ $# -eq 0 ]; then
     done
     set -- "$@" --deselect tests/demo/test_demo.py::test_demo_end_to_end \
         --deselect tests/capture/test_snapshot.py::test_spark_apply_of_snapshot_and_stream
+    # the snapshot's kill, refusal and stop tests run capture as a child process (the
+    # sanitized runtime makes its copy outlast their timeouts); the native copy itself
+    # (CopyRows) runs in-process in test_snapshot_then_stream, which stays
+    for t in test_kill_mid_snapshot_then_restart test_refusals test_stop_mid_snapshot_drops_the_slot; do
+        set -- "$@" --deselect "tests/capture/test_snapshot.py::$t"
+    done
     # capture's fault, signal and connection-string tests exercise Python code and child
     # processes (the native receive loop is covered by tests/capture/test_capture.py):
     # the sanitized build adds nothing there but time
