@@ -327,7 +327,7 @@ class _Proc:
                 out.append(rec)
         return out
 
-    def wait(self, timeout=120):
+    def wait(self, timeout=300):   # a loaded 2-core CI machine: the restart waits for the killed walsender
         rc = self.p.wait(timeout)
         self._th.join(10)
         return rc
