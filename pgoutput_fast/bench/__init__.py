@@ -346,6 +346,8 @@ def _print_table(results, rows):
     print(f"narrow: {rows:,} rows (wide and stream a fifth, toast a fortieth: see "
           f"pgoutput_fast.bench.corpus); slices: the first messages up to a commit. time/memcpy: decode "
           f"time over the time of a copy of the same bytes into memory written before (np.copyto); vs peers: peer time over our time, same slice")
+    from . import corpus
+
     print("oltpK: the changes (a tenth of the narrow rows) committed K per transaction, two tables interleaved.")
     if rows < corpus.DEFAULT_ROWS:
         print(f"A short run ({rows:,} rows) reproduces the ratios between paths and against the peers; its MB/s "
