@@ -73,6 +73,10 @@ def main():
                                  env=child_env, capture_output=True, text=True, check=True, cwd="/")
             runs[name].append(json.loads(out.stdout))
             print(f"round {r + 1}/{args.rounds} {name}: {runs[name][-1]['file']}", file=sys.stderr)
+        _table(runs)                      # (after each round: a long run shows what it has)
+
+
+def _table(runs):
     keys = [k for k in runs["A"][0] if k != "file"]
     print(f"{'workload/mode/output':28s} {'A ÷ memcpy':>10s} {'B ÷ memcpy':>10s} {'B/A time':>9s} "
           f"{'A MB/s':>8s} {'B MB/s':>8s}")
@@ -84,6 +88,7 @@ def main():
             cells.append((statistics.median(ratios), statistics.median(rates)))
         (ra, ma), (rb, mb) = cells
         print(f"{k:28s} {ra:10.2f} {rb:10.2f} {rb / ra:9.2f} {ma:8,.0f} {mb:8,.0f}")
+    print(f"({len(runs['A'])} rounds; medians over them)", flush=True)
 
 
 if __name__ == "__main__":
