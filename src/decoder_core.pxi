@@ -1238,6 +1238,6 @@ cdef class DecoderCore:
 
 
 cdef int64_t _unix_ts(int64_t pg_us, Py_ssize_t offset, str mtype) except? -1:
-    if pg_us > 0x7FFFFFFFFFFFFFFF - PGO_UNIX_EPOCH_US:
+    if pg_us > INT64_MAX - PGO_UNIX_EPOCH_US:     # (C constants: the literal made it Python ints)
         raise DecodeError(f"commit timestamp {pg_us} out of range", offset, mtype)
     return pg_us + PGO_UNIX_EPOCH_US
