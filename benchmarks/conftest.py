@@ -15,6 +15,36 @@ sys.path.insert(0, HERE)  # benchutil; the tests' helpers are tests.support.* (p
 from benchutil import NOTES, RESULTS  # noqa: E402
 
 
+def pytest_collection_finish(session):
+    """Build the corpus workloads the selected benchmarks need before the first one runs,
+    with its progress on the terminal (inside a test it would be captured: minutes of
+    silence). Modules that read the corpus say so with ``USES_CORPUS = True`` and their
+    ``ROWS``; the workload is the test's ``workload`` parameter."""
+    if session.config.option.collectonly or getattr(session.config.option, "benchmark_skip", False):
+        return
+    needed = {}
+    for item in session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if getattr(item.module, "USES_CORPUS", False) and "workload" in params:
+            needed.setdefault(item.module.ROWS, set()).add(params["workload"])
+    if not needed:
+        return
+    from pgoutput_fast.bench import corpus
+
+    missing = {rows: sorted(w for w in ws if not all(os.path.exists(corpus.path_for(w, m, rows))
+                                                     for m in ("text", "binary")))
+               for rows, ws in needed.items()}
+    missing = {rows: ws for rows, ws in missing.items() if ws}
+    if not missing:
+        return
+    capman = session.config.pluginmanager.getplugin("capturemanager")
+    with capman.global_and_fixture_disabled():
+        for rows, ws in missing.items():
+            sys.stderr.write(f"\nbenchmarks: building the corpus first: {', '.join(ws)} at {rows:,} rows "
+                             f"(set PGOUTPUT_FAST_CORPUS_ROWS for a smaller one)\n")
+            corpus.build(rows, workloads=ws, verbose=True)
+
+
 def pytest_terminal_summary(terminalreporter):
     if not RESULTS:
         return

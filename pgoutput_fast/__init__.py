@@ -85,6 +85,7 @@ if TYPE_CHECKING:
     from . import _native as _impl
     from .catalog import RelationCatalog, RelationVersion
     from .decoder import Decoder, ChangeSet, LogicalMessageEvent, decode_changes
+    from .parallel import decode_parallel
 
     decode_message = _impl.decode_message
 
@@ -96,6 +97,7 @@ _LAZY = {
     "ChangeSet": "decoder",
     "LogicalMessageEvent": "decoder",
     "decode_changes": "decoder",
+    "decode_parallel": "parallel",
 }
 
 
@@ -166,4 +168,4 @@ __all__ = [
 ]
 
 __all__ += ["RelationCatalog", "RelationVersion", "Decoder", "ChangeSet",
-            "LogicalMessageEvent", "decode_changes"]
+            "LogicalMessageEvent", "decode_changes", "decode_parallel"]

@@ -215,9 +215,11 @@ cdef class DecoderCore:
         self.cur = None
 
     cdef void _drop_carry(self):
-        self.txn_carry = None               # (its spill file closes with it)
+        if self.txn_carry is not None:
+            self.txn_carry = None           # (its spill file closes with it)
         self.txn_spooled = False
-        self.txn_rel_log = []
+        if self.txn_rel_log:
+            self.txn_rel_log = []
 
     cdef void _rollback_open(self):
         cdef RelBuilders rb
@@ -269,27 +271,43 @@ cdef class DecoderCore:
             self._fail(f"{what} {names[self.state]}", m, 0)
         return 0
 
+    # Begin and Commit are read here in C: a message object each (decode_message) was
+    # most of what a small transaction cost beyond its changes. A message of any other
+    # length (or Commit flags) goes through decode_message, which raises its error.
     cdef int _on_begin(self, const MsgRef *m, Py_ssize_t index) except -1:
-        msg = decode_message(<const unsigned char[:m.n]>m.p)
+        cdef uint64_t final_lsn
+        cdef int64_t commit_ts
+        cdef uint32_t xid
+        if m.n != 21:                       # 'B', final LSN, timestamp, xid
+            decode_message(<const unsigned char[:m.n]>m.p)
+            raise DecodeError("malformed Begin", 0, "B")     # (not reached)
+        final_lsn = pgo_be64(<const unsigned char *>m.p + 1)
+        commit_ts = pgo_be64s(<const unsigned char *>m.p + 9)
+        xid = pgo_be32(<const unsigned char *>m.p + 17)
         self._require(ST_NONE, m, "Begin")
         self.state = ST_TXN
-        self.ctx.commit_lsn = <int64_t><uint64_t>msg.final_lsn
-        self.ctx.commit_ts = _unix_ts(msg.commit_ts, 9, "B")
-        self.ctx.xid = msg.xid
-        self.ctx.snapshot = msg.xid == 0
+        self.ctx.commit_lsn = <int64_t>final_lsn
+        self.ctx.commit_ts = _unix_ts(commit_ts, 9, "B")
+        self.ctx.xid = xid
+        self.ctx.snapshot = xid == 0
         self.ctx.seq = 0
         self.ctx.origin = -1
-        self.txn_messages = []
+        if self.txn_messages:
+            self.txn_messages = []
         self._drop_carry()
         self.txn_part_start = index + 1
         return 0
 
     cdef int _on_commit(self, const MsgRef *m) except -1:
         cdef Spool sp
-        msg = decode_message(<const unsigned char[:m.n]>m.p)
+        cdef uint64_t commit_lsn
+        if m.n != 26 or m.p[1] != 0:       # 'C', flags 0, commit LSN, end LSN, timestamp
+            decode_message(<const unsigned char[:m.n]>m.p)
+            raise DecodeError("malformed Commit", 0, "C")    # (not reached)
+        commit_lsn = pgo_be64(<const unsigned char *>m.p + 2)
         self._require(ST_TXN, m, "Commit")
-        if <int64_t><uint64_t>msg.commit_lsn != self.ctx.commit_lsn:
-            self._fail(f"Commit LSN {msg.commit_lsn:X} does not match its Begin's final LSN "
+        if <int64_t>commit_lsn != self.ctx.commit_lsn:
+            self._fail(f"Commit LSN {commit_lsn:X} does not match its Begin's final LSN "
                        f"{<uint64_t>self.ctx.commit_lsn:X}", m, 2)
         self.state = ST_NONE
         if self.txn_spooled:
@@ -1222,6 +1240,6 @@ cdef class DecoderCore:
 
 
 cdef int64_t _unix_ts(int64_t pg_us, Py_ssize_t offset, str mtype) except? -1:
-    if pg_us > 0x7FFFFFFFFFFFFFFF - PGO_UNIX_EPOCH_US:
+    if pg_us > INT64_MAX - PGO_UNIX_EPOCH_US:     # (C constants: the literal made it Python ints)
         raise DecodeError(f"commit timestamp {pg_us} out of range", offset, mtype)
     return pg_us + PGO_UNIX_EPOCH_US

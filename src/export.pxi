@@ -16,8 +16,12 @@ cdef object _truncate_options(object flags):
     names = np.empty(int(offsets[len(flags)]), object)
     names[starts[cascade]] = "cascade"
     names[starts[restart] + cascade[restart]] = "restart_identity"
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(names, pa.string()),
-                                    mask=pa.array(~is_t))
+    # (from buffers: ListArray.from_arrays with a mask imports pyarrow.compute)
+    nulls = int(np.count_nonzero(~is_t))
+    return pa.Array.from_buffers(
+        pa.list_(pa.string()), len(flags),
+        [pa.py_buffer(np.packbits(is_t, bitorder="little")) if nulls else None, pa.py_buffer(offsets)],
+        nulls, children=[_pa_strings(names)])
 
 
 EVENT_SCHEMA = pa.schema([
@@ -53,7 +57,29 @@ cdef object export_specials_column(DecoderCore self, RelBuilders rb, Py_ssize_t 
             text = export_format_binary(self, rb.col_types[i], data)
         key = ("_before." if is_old else "") + names[i]
         per_row.setdefault(row, []).append((key, text))
-    return pa.array([per_row.get(r) for r in range(n)], typ)
+    return _pa_map_rows([per_row.get(r) for r in range(n)], typ)
+
+
+cdef object _pa_map_rows(list rows, object typ):
+    """A map<string,string> array of rows: each a list of (key, value) pairs, or None."""
+    cdef Py_ssize_t n = len(rows), i
+    offsets = np.zeros(n + 1, np.int32)
+    nulls = np.zeros(n, bool)
+    keys = []
+    items = []
+    for i in range(n):
+        row = rows[i]
+        if row is None:
+            nulls[i] = True
+        else:
+            for k, v in row:
+                keys.append(k)
+                items.append(v)
+        offsets[i + 1] = len(keys)
+    off = _pa_from_np(offsets, pa.int32())
+    if nulls.any():         # (MapArray.from_arrays takes its nulls from a null offset)
+        off = _pa_from_np(offsets, pa.int32(), np.concatenate([nulls, [False]]))
+    return pa.MapArray.from_arrays(off, _pa_strings(keys), _pa_strings(items), type=typ)
 
 
 cdef str export_format_binary(DecoderCore self, object ct, bytes data):
@@ -131,7 +157,7 @@ cdef object export_store(DecoderCore self, EvStore *e, Py_ssize_t n):
     rb_ids = _np_from_buf(&e.rb, np.int32, n)
     schemas = _strings_by_id_np([rb.version.schema for rb in self.rb_all], rb_ids)
     tables = _strings_by_id_np([rb.version.relname for rb in self.rb_all], rb_ids)
-    relid = pa.array(_np_from_buf(&e.relid, np.int64, n), pa.int64())
+    relid = pa.Array.from_buffers(pa.int64(), n, [None, _take_buf(&e.relid, 8 * n)])
     before_kind = _kind_strings(<const unsigned char *>e.before_kind.data, n)
     e.before_kind.len = 0             # (read, not handed over: its memory stays)
     before = map_export(&e.before)
@@ -142,7 +168,7 @@ cdef object export_store(DecoderCore self, EvStore *e, Py_ssize_t n):
         toast_off = _np_from_buf(&e.toast_off, np.int32, n + 1)
     nt = int(toast_off[n]) if n else 0
     toast_names = _strings_by_id_np(self.names, _np_from_buf(&e.toast_ids, np.int32, nt))
-    toast = pa.ListArray.from_arrays(pa.array(toast_off), toast_names)
+    toast = pa.ListArray.from_arrays(_pa_from_np(toast_off, pa.int32()), toast_names)
     trunc = _np_from_buf(&e.trunc, np.uint8, n)
     cols = {
         "lsn": meta["lsn"], "commit_lsn": meta["commit_lsn"], "commit_ts": meta["commit_ts"],

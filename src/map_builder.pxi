@@ -288,7 +288,7 @@ cdef object _strings_by_id_np(list values, object ids):
     """_strings_by_id over an int32 numpy array."""
     cdef const int32_t[::1] v = np.ascontiguousarray(ids, np.int32)
     if v.shape[0] == 0:
-        return pa.array([], pa.string())
+        return _pa_strings([])
     return _strings_by_id(values, &v[0], v.shape[0])
 
 

@@ -41,7 +41,7 @@ cdef class MessageBatch:
         arr = None
         if lsn is not None:
             if isinstance(lsn, (pa.Array, pa.ChunkedArray)):
-                lsn = lsn.fill_null(0).to_numpy(zero_copy_only=False)
+                lsn = _np_from_pa_lsn(lsn)
             arr = np.asarray(lsn)
             arr = np.ascontiguousarray(arr.view(np.uint64) if arr.dtype == np.int64
                                        else arr.astype(np.uint64, copy=False))
@@ -131,3 +131,26 @@ cdef class MessageBatch:
 
     def feed_into(self, DecoderCore core):
         core.feed(self, self.n, <size_t>self.refs)
+
+
+cdef object _np_from_pa_lsn(object arr):
+    """numpy of an Arrow integer array of LSNs, nulls as 0 (to_numpy and fill_null would
+    import pandas: see _pa_from_np)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    t = arr.type
+    if pa.types.is_int64(t):
+        dtype = np.int64
+    elif pa.types.is_uint64(t):
+        dtype = np.uint64
+    else:
+        return arr.fill_null(0).to_numpy(zero_copy_only=False)
+    cdef Py_ssize_t n = len(arr)
+    bufs = arr.buffers()
+    if n == 0:
+        return np.zeros(0, dtype)
+    out = np.frombuffer(bufs[1], dtype, count=n, offset=8 * arr.offset)
+    if arr.null_count:
+        valid = np.unpackbits(np.frombuffer(bufs[0], np.uint8), bitorder="little")[arr.offset:arr.offset + n]
+        out = np.where(valid.astype(bool), out, 0).astype(dtype)
+    return out

@@ -241,6 +241,65 @@ cdef object _np_from_buf(Buf *b, object dtype, Py_ssize_t count):
     return np.frombuffer(_take_buf(b, count * np.dtype(dtype).itemsize), dtype=dtype)
 
 
+# -- Arrow arrays from numpy and Python values, without pa.array ------------------------
+# pa.array (and Array.to_numpy, pa.scalar) imports pandas on its first call in a process,
+# whatever its input: about half a second of CPU that the first feed() paid. The export
+# builds its arrays from buffers instead.
+
+cdef object _pa_from_np(object values, object typ, object null_mask=None):
+    """A typ array over a 1-D numpy array of typ's width (zero copy when contiguous);
+    null where null_mask (a bool array) is True."""
+    values = np.ascontiguousarray(values)
+    cdef Py_ssize_t n = values.shape[0], nulls = 0
+    valid = None
+    if values.dtype == np.bool_:
+        values = np.packbits(values, bitorder="little")
+    if null_mask is not None:
+        nulls = int(np.count_nonzero(null_mask))
+        if nulls:
+            valid = pa.py_buffer(np.packbits(~np.asarray(null_mask, dtype=bool), bitorder="little"))
+    return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(values)], nulls)
+
+
+cdef object _pa_strings(object values):
+    """A string array of a sequence of str (None: null)."""
+    cdef Py_ssize_t n = len(values), i, nulls = 0
+    encoded = []
+    offsets = np.zeros(n + 1, np.int64)
+    cdef int64_t[::1] off = offsets
+    cdef int64_t at = 0
+    valid = np.ones(n, bool)
+    for i in range(n):
+        v = values[i]
+        if v is None:
+            valid[i] = False
+            nulls += 1
+        else:
+            b = (<str>v).encode("utf-8")
+            encoded.append(b)
+            at += len(b)
+        off[i + 1] = at
+    if at >= 0x7FFFFFFF:
+        raise OverflowError("more than 2 GiB of strings in one array")
+    return pa.Array.from_buffers(
+        pa.string(), n,
+        [pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None,
+         pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))], nulls)
+
+
+cdef object _np_from_pa_bool(object arr):
+    """numpy bool of a BooleanArray (nulls read as False)."""
+    cdef Py_ssize_t n = len(arr)
+    bufs = arr.buffers()
+    if n == 0:
+        return np.zeros(0, bool)
+    bits = np.unpackbits(np.frombuffer(bufs[1], np.uint8), bitorder="little")[arr.offset:arr.offset + n]
+    out = bits.astype(bool)
+    if bufs[0] is not None and arr.null_count:
+        out &= np.unpackbits(np.frombuffer(bufs[0], np.uint8), bitorder="little")[arr.offset:arr.offset + n].astype(bool)
+    return out
+
+
 # -- all-null arrays over one shared zero mapping ---------------------------------------
 # A column that is null in every row (a _before field a delete's key image leaves out, a
 # table with no old images, no unchanged TOAST, no origin) needs buffers of zeros as long
@@ -282,7 +341,8 @@ cdef object _null_array(object t, Py_ssize_t n):
         return pa.Array.from_buffers(t, n, [_zeros(vb), _zeros(8 * (n + 1)), _zeros(0)], n)
     if pa.types.is_list(t) or pa.types.is_map(t):
         return pa.Array.from_buffers(t, n, [_zeros(vb), _zeros(4 * (n + 1))], n,
-                                     children=[pa.array([], t).values])
+                                     children=[_null_array(t.value_type if pa.types.is_list(t)
+                                                           else pa.struct([t.key_field, t.item_field]), 0)])
     if pa.types.is_struct(t):
         return pa.Array.from_buffers(t, n, [_zeros(vb)], n,
                                      children=[_null_array(t.field(i).type, n) for i in range(t.num_fields)])
@@ -349,13 +409,14 @@ cdef dict meta_export(Meta *m, object origins, str prefix):
         pa.string(), n, [None, _iota32(n + 1), _take_buf(&m.op, n)])
     out[prefix + "lsn"] = pa.Array.from_buffers(pa.int64(), n, [lsn_valid, _take_buf(&m.lsn, 8 * n)],
                                                 lsn_nulls)
-    out[prefix + "commit_lsn"] = pa.array(_np_from_buf(&m.commit_lsn, np.int64, n), pa.int64())
-    out[prefix + "commit_ts"] = pa.array(_np_from_buf(&m.commit_ts, np.int64, n)).view(pa.timestamp("us", tz="UTC"))
-    out[prefix + "xid"] = pa.array(_np_from_buf(&m.xid, np.int64, n), pa.int64())
-    out[prefix + "seq"] = pa.array(_np_from_buf(&m.seq, np.int64, n), pa.int64())
+    out[prefix + "commit_lsn"] = pa.Array.from_buffers(pa.int64(), n, [None, _take_buf(&m.commit_lsn, 8 * n)])
+    out[prefix + "commit_ts"] = pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n,
+                                                      [None, _take_buf(&m.commit_ts, 8 * n)])
+    out[prefix + "xid"] = pa.Array.from_buffers(pa.int64(), n, [None, _take_buf(&m.xid, 8 * n)])
+    out[prefix + "seq"] = pa.Array.from_buffers(pa.int64(), n, [None, _take_buf(&m.seq, 8 * n)])
     origin = _np_from_buf(&m.origin, np.int32, n)
     if n and origin.max() >= 0:
-        out[prefix + "origin"] = pa.array(origins, pa.string()).take(pa.array(origin, mask=(origin < 0)))
+        out[prefix + "origin"] = _strings_by_id_np(origins, origin)     # (take: pyarrow.compute)
     else:
         out[prefix + "origin"] = _null_array(pa.string(), n)
     m.rows = 0

@@ -338,9 +338,12 @@ cdef class RelBuilders:
         if self.before != NULL and m:
             children = []
             for i in range(self.ncols):
-                children.append(col_export(self.before[i], struct_fields[i].type).cast(struct_fields[i].type))
+                child = col_export(self.before[i], struct_fields[i].type)
+                if child.type != struct_fields[i].type:      # (a cast imports pyarrow.compute)
+                    child = child.cast(struct_fields[i].type)
+                children.append(child)
             dense = pa.StructArray.from_arrays(children, fields=struct_fields) if self.ncols else \
-                pa.array([{}] * m, pa.struct([]))
+                pa.Array.from_buffers(pa.struct([]), m, [None], children=[])
             rows_buf = _take_buf(&self.before_rows, 4 * m)     # row index of each old image
             kinds = _take_buf(&self.before_kind, m)
             rows = <const int32_t *><size_t>rows_buf.address
@@ -350,12 +353,12 @@ cdef class RelBuilders:
             else:                        # (a type _spread does not lay out)
                 idx = np.full(n, -1, dtype=np.int32)
                 idx[np.frombuffer(rows_buf, np.int32)] = np.arange(m, dtype=np.int32)
-                before = dense.take(pa.array(idx, mask=(idx < 0)))
+                before = dense.take(_pa_from_np(idx, pa.int32(), idx < 0))
                 kind_idx = np.full(n, -1, dtype=np.int32)
                 kind_idx[np.frombuffer(rows_buf, np.int32)] = (
                     np.frombuffer(kinds, np.uint8) == 79).astype(np.int32)  # 0 = K, 1 = O
-                before_kind = pa.array(["K", "O"], pa.string()).take(
-                    pa.array(kind_idx, mask=(kind_idx < 0)))
+                before_kind = _pa_strings(["K", "O"]).take(
+                    _pa_from_np(kind_idx, pa.int32(), kind_idx < 0))
         else:
             if self.before != NULL:
                 for i in range(self.ncols):
@@ -553,11 +556,12 @@ cdef object _toast_lists(Py_ssize_t n, list masks, list names):
     if not masks:
         return pa.Array.from_buffers(pa.list_(pa.string()), n,
                                      [None, _zeros(4 * (n + 1))], 0,
-                                     children=[pa.array([], pa.string())])
-    mat = np.stack([m.to_numpy(zero_copy_only=False) for _, m in masks], axis=1)
+                                     children=[_pa_strings([])])
+    mat = np.stack([_np_from_pa_bool(m) for _, m in masks], axis=1)
     rows, cols = np.nonzero(mat)
-    colnames = pa.array([names[i] for i, _ in masks], pa.string())
+    colnames = _pa_strings([names[i] for i, _ in masks])
     counts = mat.sum(axis=1).astype(np.int32)
     offsets = np.zeros(n + 1, np.int32)
     np.cumsum(counts, out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), colnames.take(pa.array(cols.astype(np.int32))))
+    return pa.ListArray.from_arrays(_pa_from_np(offsets, pa.int32()),
+                                    colnames.take(_pa_from_np(cols.astype(np.int32), pa.int32())))

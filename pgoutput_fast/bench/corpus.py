@@ -14,6 +14,12 @@ Workloads (each captured in text and binary mode):
            64kB): the narrow columns inserted in transactions of 20,000 rows, each with a
            savepoint rolled back (a subtransaction abort inside the stream), a fifth of
            the narrow row count
+  oltp1, oltp10, oltp50, oltp1000
+           production-like: 1, 10, 50 or 1,000 changes per transaction, two tables
+           interleaved in each transaction (the narrow table, three changes in four, and
+           an 8-column orders table), 70 % inserts, 20 % single-row updates, 10 %
+           single-row deletes, one statement per change, committed by a PL/pgSQL
+           procedure; a tenth of the narrow row count in changes (protocol 1)
 Captured with COPY (SELECT lsn, data FROM pg_logical_slot_peek_binary_changes(...)) so
 that millions of messages move quickly; stored as framed capture files (.pgoc) under
 benchmarks/.corpus/ in a source checkout, else ~/.cache/pgoutput_fast/corpus (override:
@@ -60,7 +66,27 @@ def _workloads(rows):
         "wide": ("bench_wide", wide_cols, max(rows // 5, 1000), "insert"),
         "toast": ("bench_toast", TOAST_COLS, max(rows // 40, 100), "toast"),
         "stream": ("bench_stream", NARROW_COLS, max(rows // 5, 1000), "stream"),
+        **{f"oltp{k}": (f"bench_oltp{k}", NARROW_COLS, max(rows // 10, 1000), f"oltp{k}")
+           for k in OLTP_TXN_SIZES},
     }
+
+
+#: changes per transaction of the production-like workloads (oltp1 ... oltp1000)
+OLTP_TXN_SIZES = (1, 10, 50, 1000)
+#: the second table of the oltp workloads (the narrow table is the first)
+ORDERS_COLS = [
+    ("customer", "int4", "(g %% 5000)::int4"),
+    ("status", "text", "(ARRAY['new','paid','shipped','returned'])[1 + g %% 4]"),
+    ("amount", "numeric(12,2)", "((g * 37) %% 100000)::numeric / 100"),
+    ("placed", "timestamptz", "timestamptz '2024-03-01 00:00:00+00' + (g || ' seconds')::interval"),
+    ("qty", "int2", "(1 + g %% 9)::int2"),
+    ("paid", "bool", "(g %% 4 <> 0)"),
+    ("note", "varchar(64)", "'order ' || g::text"),
+]
+
+
+def workload_names() -> list:
+    return list(_workloads(1000))
 
 
 #: the TOAST workload: a small column that changes and a 4 KiB one that mostly does not
@@ -80,11 +106,61 @@ def expected_rows(workload: str, rows: int) -> int:
         return n + len(range(0, n, 3)) + len(range(1, n, 6))
     if kind == "toast":
         return n + n + len(range(0, n, 4))
-    return n
+    return n           # (oltp: one statement per change, each on one row)
+
+
+def _oltp_procedure(table, n, k):
+    """SQL of a procedure that runs the oltp workload on `table` and `table`_orders: n
+    changes, a COMMIT after every k. Change i goes to the orders table when i % 4 == 3,
+    else to the narrow table; per table, the first 60 changes are inserts, then change
+    i is an insert when i % 10 < 7, an update of the row inserted 3 or 4 rows before
+    the last when i % 10 is 7 or 8 (the narrow table: a, c and h; orders: status and
+    amount), and a delete of the row inserted 50 before the last when i % 10 == 9
+    (never a row deleted or updated later, so each statement changes one row)."""
+    narrow = ", ".join(e.replace("%%", "%") for _, _, e in NARROW_COLS)
+    orders = ", ".join(e.replace("%%", "%") for _, _, e in ORDERS_COLS)
+    return f"""
+CREATE OR REPLACE PROCEDURE {table}_run() LANGUAGE plpgsql AS $$
+DECLARE
+  na int8 := 0;
+  nb int8 := 0;
+  op int;
+BEGIN
+  FOR i IN 0..{n - 1} LOOP
+    op := i % 10;
+    IF i % 4 <> 3 THEN
+      IF op < 7 OR na < 60 THEN
+        INSERT INTO {table} SELECT g, {narrow} FROM (SELECT na AS g) s;
+        na := na + 1;
+      ELSIF op < 9 THEN
+        UPDATE {table} SET a = a + 1, c = c || '-u', h = h + 1 WHERE id = na - 3 - (op - 7);
+      ELSE
+        DELETE FROM {table} WHERE id = na - 50;
+      END IF;
+    ELSE
+      IF op < 7 OR nb < 60 THEN
+        INSERT INTO {table}_orders SELECT g, {orders} FROM (SELECT nb AS g) s;
+        nb := nb + 1;
+      ELSIF op < 9 THEN
+        UPDATE {table}_orders SET status = 'paid', amount = amount + 1 WHERE id = nb - 3 - (op - 7);
+      ELSE
+        DELETE FROM {table}_orders WHERE id = nb - 50;
+      END IF;
+    END IF;
+    IF (i + 1) % {k} = 0 THEN
+      COMMIT;
+    END IF;
+  END LOOP;
+  COMMIT;
+END $$"""
 
 
 def _run_workload(cur, table, cols, n, kind):
     select = ", ".join(e.replace("%%", "%") for _, _, e in cols)
+    if kind.startswith("oltp"):
+        cur.execute(_oltp_procedure(table, n, int(kind[4:])))
+        cur.execute(f"CALL {table}_run()")     # (autocommit: the procedure commits)
+        return
     if kind == "toast":
         # out of line and uncompressed, so an update that leaves it alone sends 'u'
         cur.execute(f"ALTER TABLE {table} ALTER COLUMN body SET STORAGE EXTERNAL")
@@ -151,15 +227,27 @@ def _copy_capture(conn, slot, opts, out_path):
     return n
 
 
-def build(rows: int = DEFAULT_ROWS, verbose: bool = True) -> None:
+def build(rows: int = DEFAULT_ROWS, verbose: bool = True, workloads=None) -> None:
+    """Capture the workloads (all by default) whose files are missing, printing each
+    step on stderr as it starts and ends when verbose."""
     from ..local_server import PostgresServer
     from ..sqlcapture import session_settings, wait_for_wal_flush
 
     os.makedirs(CACHE, exist_ok=True)
     todo = {w: spec for w, spec in _workloads(rows).items()
-            if not all(os.path.exists(path_for(w, m, rows)) for m in ("text", "binary"))}
+            if (workloads is None or w in workloads)
+            and not all(os.path.exists(path_for(w, m, rows)) for m in ("text", "binary"))}
+    if workloads is not None and set(workloads) - set(_workloads(rows)):
+        raise ValueError(f"unknown workloads {sorted(set(workloads) - set(_workloads(rows)))}; "
+                         f"known: {', '.join(_workloads(rows))}")
     if not todo:
         return
+
+    def say(line):
+        if verbose:
+            print(f"corpus: {line}", file=sys.stderr, flush=True)
+
+    say(f"building {', '.join(todo)} ({rows:,} rows) in {CACHE}: starting a private PostgreSQL")
     with PostgresServer(extra_conf={"logical_decoding_work_mem": "1GB",
                                     "max_wal_size": "8GB", "checkpoint_timeout": "30min"}) as srv:
         conn = srv.connect()
@@ -169,9 +257,16 @@ def build(rows: int = DEFAULT_ROWS, verbose: bool = True) -> None:
             t0 = time.time()
             coldefs = ", ".join(f"{c} {t}" for c, t, _ in cols)
             cur.execute(f"DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (id int8 PRIMARY KEY, {coldefs})")
-            cur.execute(f"DROP PUBLICATION IF EXISTS pub_{table}; CREATE PUBLICATION pub_{table} FOR TABLE {table}")
+            pub_tables = table
+            if kind.startswith("oltp"):
+                ocoldefs = ", ".join(f"{c} {t}" for c, t, _ in ORDERS_COLS)
+                cur.execute(f"DROP TABLE IF EXISTS {table}_orders; "
+                            f"CREATE TABLE {table}_orders (id int8 PRIMARY KEY, {ocoldefs})")
+                pub_tables = f"{table}, {table}_orders"
+            cur.execute(f"DROP PUBLICATION IF EXISTS pub_{table}; CREATE PUBLICATION pub_{table} FOR TABLE {pub_tables}")
             slot = f"slot_{table}"
             cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+            say(f"{workload}: running the workload ({n:,} rows/changes)")
             _run_workload(cur, table, cols, n, kind)
             wait_for_wal_flush(conn)
             for mode in ("text", "binary"):
@@ -182,11 +277,10 @@ def build(rows: int = DEFAULT_ROWS, verbose: bool = True) -> None:
                     opts["binary"] = "true"
                 # the decoding happens in this session: a small work_mem makes it stream
                 cur.execute("SET logical_decoding_work_mem = %s", ("64kB" if kind == "stream" else "1GB",))
+                say(f"{workload}/{mode}: capturing")
                 count = _copy_capture(conn, slot, opts, path_for(workload, mode, rows))
-                if verbose:
-                    size = os.path.getsize(path_for(workload, mode, rows))
-                    print(f"{workload}/{mode}: {count} messages, {size / 1e6:.0f} MB "
-                          f"({time.time() - t0:.0f} s)", file=sys.stderr)
+                size = os.path.getsize(path_for(workload, mode, rows))
+                say(f"{workload}/{mode}: {count} messages, {size / 1e6:.0f} MB ({time.time() - t0:.0f} s)")
             cur.execute(f"SELECT pg_drop_replication_slot('{slot}')")
         conn.close()
 
@@ -203,7 +297,7 @@ def load(workload: str, mode: str, rows: int = DEFAULT_ROWS):
             table = pa.ipc.open_file(source).read_all()
         return table.column("lsn").to_numpy(), table.column("data").combine_chunks()
     if not os.path.exists(path):
-        build(rows)
+        build(rows, workloads=[workload])
     with open(path, "rb") as f:
         data = f.read()
     # frames -> offsets without a Python object per message
@@ -238,5 +332,6 @@ def load(workload: str, mode: str, rows: int = DEFAULT_ROWS):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=DEFAULT_ROWS)
+    ap.add_argument("--workloads", default=None, help="comma-separated (default: all): " + ", ".join(workload_names()))
     args = ap.parse_args()
-    build(args.rows)
+    build(args.rows, workloads=args.workloads.split(",") if args.workloads else None)

@@ -39,6 +39,8 @@ from pgoutput_fast.capture import SegmentError
 from pgoutput_fast import sqlcapture
 from pgoutput_fast.demo import workload
 
+from tests.support.procs import CliProcess
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEMA = "pgo_dur"
 PUB = "pgo_dur_pub"
@@ -94,56 +96,7 @@ def _cmd(pg, out, slot, *extra, publication=PUB):
             "--progress", "log", *extra]
 
 
-class _Proc:
-    """The capture CLI in a child process, its stderr collected by a thread."""
-
-    def __init__(self, args, env=None):
-        self.p = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  env=dict(os.environ, **(env or {})))
-        self.lines: list = []
-        self._th = threading.Thread(target=self._read, daemon=True)
-        self._th.start()
-
-    def _read(self):
-        for raw in self.p.stderr:
-            self.lines.append(raw.decode(errors="replace"))
-
-    def wait_for(self, text, timeout=120):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(text in line for line in self.lines):
-                return
-            if self.p.poll() is not None:
-                time.sleep(0.2)
-                raise AssertionError(f"capture exited ({self.p.returncode}) before {text!r}: "
-                                     f"{self.text()[-2000:]}")
-            time.sleep(0.05)
-        raise AssertionError(f"no {text!r} in {timeout} s: {self.text()[-2000:]}")
-
-    def wait(self, timeout=60):
-        try:
-            rc = self.p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
-            raise AssertionError(f"capture still running after {timeout} s: {self.text()[-2000:]}")
-        self._th.join(10)
-        return rc
-
-    def text(self):
-        return "".join(self.lines)
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(60)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-
-
-def _error_line(proc: _Proc) -> str:
+def _error_line(proc: CliProcess) -> str:
     """The one line a failed capture printed last (JSON progress lines aside)."""
     text = proc.text()
     assert "Traceback" not in text, text[-3000:]
@@ -262,7 +215,7 @@ def _assert_equals_select(conn, out):
 def _finish(pg, conn, out, slot):
     """A last capture up to the server's current position: exit 0, then == SELECT."""
     end = sqlcapture.wait_for_wal_flush(conn)
-    p = _Proc(_cmd(pg, out, slot, "--until-lsn", sqlcapture.text_lsn(end)))
+    p = CliProcess(_cmd(pg, out, slot, "--until-lsn", sqlcapture.text_lsn(end)))
     rc = p.wait(180)
     assert rc == 0, p.text()[-3000:]
     return _assert_equals_select(conn, out)
@@ -286,7 +239,7 @@ def test_failed_write_is_never_confirmed(pg_server, tmp_path, fault, when):
     with _tmpfs(str(tmp_path / "mnt"), size="16m" if fault == "full" else "64m") as mnt:
         out = os.path.join(mnt, "cap")
         # some durable history first: a plain, a streamed and a prepared transaction
-        p = _Proc(_cmd(pg_server, out, slot))
+        p = CliProcess(_cmd(pg_server, out, slot))
         p.wait_for('"connected"')
         for i, kind in enumerate(("plain", "streamed", "prepared"), 1):
             _txn(conn, kind, i)
@@ -353,7 +306,7 @@ def test_create_slot_that_fails_removes_what_it_created(pg_server, tmp_path):
         out = os.path.join(mnt, "cap")
         os.makedirs(out)
         _fill(out)
-        p = _Proc(_cmd(pg_server, out, slot, "--create-slot", publication=pub))
+        p = CliProcess(_cmd(pg_server, out, slot, "--create-slot", publication=pub))
         rc = p.wait(60)
         assert rc == 6, p.text()[-2000:]
         _error_line(p)
@@ -379,7 +332,7 @@ def captured(pg_server, tmp_path):
     for i in range(1, 7):
         _txn(conn, ("plain", "streamed", "prepared")[i % 3], i)
         end = sqlcapture.wait_for_wal_flush(conn)
-        p = _Proc(_cmd(pg_server, out, slot, "--until-lsn", sqlcapture.text_lsn(end)))
+        p = CliProcess(_cmd(pg_server, out, slot, "--until-lsn", sqlcapture.text_lsn(end)))
         assert p.wait(120) == 0, p.text()[-2000:]
     assert _checkpoint(out)["last_segment"] >= 4
     yield conn, out, slot
@@ -390,9 +343,9 @@ def captured(pg_server, tmp_path):
 @pytest.mark.postgres
 def test_second_capture_is_refused(pg_server, captured):
     conn, out, slot = captured
-    first = _Proc(_cmd(pg_server, out, slot))
+    first = CliProcess(_cmd(pg_server, out, slot))
     first.wait_for('"connected"')
-    second = _Proc(_cmd(pg_server, out, slot))
+    second = CliProcess(_cmd(pg_server, out, slot))
     assert second.wait(60) == 5
     line = _error_line(second)
     assert f"pid {first.p.pid}" in line and "in use by another capture" in line, line
@@ -414,7 +367,7 @@ def test_unprovable_directory_is_refused(pg_server, captured, damage, tmp_path):
         for i in (20, 21, 22):
             _txn(conn, "plain", i)
             end = sqlcapture.wait_for_wal_flush(conn)
-            p = _Proc(_cmd(pg_server, out, slot, "--until-lsn", sqlcapture.text_lsn(end)))
+            p = CliProcess(_cmd(pg_server, out, slot, "--until-lsn", sqlcapture.text_lsn(end)))
             assert p.wait(120) == 0, p.text()[-2000:]
         open(ck, "wb").write(old)
     elif damage == "deleted":
@@ -440,7 +393,7 @@ def test_unprovable_directory_is_refused(pg_server, captured, damage, tmp_path):
         workload._exec(conn, "DROP PUBLICATION IF EXISTS dur_other_pub")
         workload._exec(conn, f"CREATE PUBLICATION dur_other_pub FOR TABLES IN SCHEMA {SCHEMA}")
         args = _cmd(pg_server, out, slot, publication="dur_other_pub")
-    p = _Proc(args)
+    p = CliProcess(args)
     rc = p.wait(60)
     line = _error_line(p)
     if damage == "other-slot":
@@ -467,7 +420,7 @@ def test_crash_window_segment_is_removed_only_when_unconfirmed(pg_server, captur
     ck_path = os.path.join(out, "checkpoint.json")
     before = open(ck_path, "rb").read()
     # confirm late (1000 s): the slot stays behind while segment last+1 becomes durable
-    p = _Proc(_cmd(pg_server, out, slot), env={"PGOUTPUT_FAST_CAPTURE_ACK_DELAY": "1000"})
+    p = CliProcess(_cmd(pg_server, out, slot), env={"PGOUTPUT_FAST_CAPTURE_ACK_DELAY": "1000"})
     p.wait_for('"connected"')
     _txn(conn, "plain", 77)
     deadline = time.monotonic() + 60
@@ -477,7 +430,7 @@ def test_crash_window_segment_is_removed_only_when_unconfirmed(pg_server, captur
     p.wait(30)
     assert _checkpoint(out)["last_segment"] == last + 1
     open(ck_path, "wb").write(before)          # as if the checkpoint write had not happened
-    p = _Proc(_cmd(pg_server, out, slot, "--until-lsn",
+    p = CliProcess(_cmd(pg_server, out, slot, "--until-lsn",
                    sqlcapture.text_lsn(sqlcapture.wait_for_wal_flush(conn))))
     assert p.wait(120) == 0, p.text()[-2000:]
     assert '"removed_unconfirmed"' in p.text() and f"{last + 1:010d}.parquet" in p.text()
@@ -485,7 +438,7 @@ def test_crash_window_segment_is_removed_only_when_unconfirmed(pg_server, captur
     # now the slot has confirmed the new segment: the old checkpoint is refused
     newer = _checkpoint(out)["last_segment"]
     open(ck_path, "wb").write(before)
-    p = _Proc(_cmd(pg_server, out, slot))
+    p = CliProcess(_cmd(pg_server, out, slot))
     assert p.wait(60) == 5, p.text()[-2000:]
     assert "older than the slot" in _error_line(p) or "past its checkpoint" in _error_line(p)
     assert os.path.exists(os.path.join(out, f"{newer:010d}.parquet"))
@@ -667,16 +620,16 @@ def test_permanent_errors_end_capture_at_once(pg_server, tmp_path):
                 "--publication", pub, "--out", out + "_" + what.replace(" ", "_"),
                 "--progress", "log"]
         t0 = time.monotonic()
-        p = _Proc(args)
+        p = CliProcess(args)
         rc = p.wait(60)
         line = _error_line(p)
         assert (rc in (3, 4) if code is None else rc == code), (what, rc, p.text()[-1500:])
         assert needle in line, (what, line)
         assert time.monotonic() - t0 < 30, what
     # a slot held by another process: a bounded wait, then exit 4 naming the pid
-    holder = _Proc(_cmd(pg_server, out, slot))
+    holder = CliProcess(_cmd(pg_server, out, slot))
     holder.wait_for('"connected"')
-    p = _Proc(_cmd(pg_server, str(tmp_path / "cap2"), slot, "--slot-busy-timeout", "1"))
+    p = CliProcess(_cmd(pg_server, str(tmp_path / "cap2"), slot, "--slot-busy-timeout", "1"))
     rc = p.wait(60)
     line = _error_line(p)
     holder.stop()
@@ -699,7 +652,7 @@ def test_names_with_capitals_spaces_and_quotes(pg_server, tmp_path):
     slot = "dur_names"
     _drop_slot(conn, slot)
     out = str(tmp_path / "cap")
-    p = _Proc([sys.executable, "-m", "pgoutput_fast", "capture", "--dsn", pg_server.dsn(),
+    p = CliProcess([sys.executable, "-m", "pgoutput_fast", "capture", "--dsn", pg_server.dsn(),
                "--slot", slot, "--publication", pub, "--out", out, "--create-slot",
                "--progress", "log", "--segment-seconds", "0.05"])
     p.wait_for('"connected"')
@@ -737,7 +690,7 @@ def test_backoff_starts_again_after_progress(pg_server, tmp_path):
     slot = "dur_backoff"
     _setup_db(conn, slot)
     out = str(tmp_path / "cap")
-    p = _Proc(_cmd(pg_server, out, slot))
+    p = CliProcess(_cmd(pg_server, out, slot))
     try:
         for i in range(5):
             p.wait_for('"connected"')

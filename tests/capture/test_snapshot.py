@@ -16,11 +16,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -31,6 +29,8 @@ import pgoutput_fast
 from pgoutput_fast import capture, sqlcapture
 from pgoutput_fast.capture import CaptureConfig
 from pgoutput_fast.demo import workload
+
+from tests.support.procs import CliProcess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEMA = "pgo_snap"       # the demo workload's tables (every type, TOAST, identities)
@@ -304,35 +304,6 @@ def _cli(pg, out, slot, pubs, *extra):
             "--segment-seconds", "0.1", "--create-slot", *extra]
 
 
-class _Proc:
-    def __init__(self, args, env=None):
-        self.p = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  env=dict(os.environ, **(env or {})))
-        self.lines: list = []
-        self._th = threading.Thread(target=self._read, daemon=True)
-        self._th.start()
-
-    def _read(self):
-        for raw in self.p.stderr:
-            self.lines.append(raw.decode(errors="replace"))
-
-    def events(self, name):
-        out = []
-        for line in self.lines:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and rec.get("event") == name:
-                out.append(rec)
-        return out
-
-    def wait(self, timeout=300):   # a loaded 2-core CI machine: the restart waits for the killed walsender
-        rc = self.p.wait(timeout)
-        self._th.join(10)
-        return rc
-
-
 @pytest.mark.postgres
 def test_kill_mid_snapshot_then_restart(world, tmp_path):
     """kill -9 while the snapshot is copied (segments already durable): nothing is
@@ -344,7 +315,7 @@ def test_kill_mid_snapshot_then_restart(world, tmp_path):
     writer = _Writer(pg, seed=99)
     writer.start()
     try:
-        first = _Proc(_cli(pg, out, slot, world["pubs"], "--snapshot-workers", "2",
+        first = CliProcess(_cli(pg, out, slot, world["pubs"], "--snapshot-workers", "2",
                            "--segment-size", "64KB"),
                       env={"PGOUTPUT_FAST_SNAPSHOT_CHUNK_DELAY": "0.05"})
         _wait(lambda: os.path.exists(os.path.join(out, "0000000003.parquet"))
@@ -366,7 +337,7 @@ def test_kill_mid_snapshot_then_restart(world, tmp_path):
 
             assert parse_lsn(cur.fetchone()[0]) == point1     # nothing was ever confirmed
 
-        second = _Proc(_cli(pg, out, slot, world["pubs"], "--snapshot-workers", "2"))
+        second = CliProcess(_cli(pg, out, slot, world["pubs"], "--snapshot-workers", "2"))
         _wait(lambda: second.events("snapshot_done") or second.p.poll() is not None,
               what="the second snapshot")
         assert second.p.poll() is None, "".join(second.lines)[-2000:]
@@ -396,7 +367,7 @@ def test_refusals(world, tmp_path):
     pg = world["pg"]
     slot = "snap_refuse"
     out = str(tmp_path / "cap")
-    first = _Proc(_cli(pg, out, slot, world["pubs"], "--segment-size", "64KB"),
+    first = CliProcess(_cli(pg, out, slot, world["pubs"], "--segment-size", "64KB"),
                   env={"PGOUTPUT_FAST_SNAPSHOT_CHUNK_DELAY": "0.05"})
     _wait(lambda: os.path.exists(os.path.join(out, "0000000002.parquet"))
           or first.p.poll() is not None, what="snapshot segments")
@@ -408,14 +379,14 @@ def test_refusals(world, tmp_path):
         cur.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
                     (slot, pgoutput_fast.lsn.format_lsn(end)))
     before = sorted(os.listdir(out))
-    again = _Proc(_cli(pg, out, slot, world["pubs"]))
-    assert again.wait() == 5, "".join(again.lines)
+    again = CliProcess(_cli(pg, out, slot, world["pubs"]))
+    assert again.wait(120) == 5, "".join(again.lines)
     text = "".join(again.lines)
     assert "snapshot was cut short" in text and "has moved" in text, text
     assert sorted(os.listdir(out)) == before
     # an existing slot and a new directory: the snapshot cannot be taken with it
-    other = _Proc(_cli(pg, str(tmp_path / "other"), slot, world["pubs"]))
-    assert other.wait() == 4, "".join(other.lines)
+    other = CliProcess(_cli(pg, str(tmp_path / "other"), slot, world["pubs"]))
+    assert other.wait(120) == 4, "".join(other.lines)
     assert "already exists" in "".join(other.lines)
     with world["conn"].cursor() as cur:
         cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))

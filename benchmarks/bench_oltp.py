@@ -1,0 +1,75 @@
+"""Decoder throughput on production-like streams: small transactions, tables interleaved.
+
+Corpus: real pgoutput from a private PostgreSQL 15 (``pgoutput_fast.bench.corpus``,
+workloads ``oltp1``, ``oltp10``, ``oltp50``, ``oltp1000``): the same changes committed
+1, 10, 50 or 1,000 per transaction, each transaction mixing the 10-column narrow table
+(three changes in four) and an 8-column orders table, 70 % inserts, 20 % updates, 10 %
+deletes, one row per statement; protocol 1, text and binary mode. A tenth of the corpus
+rows (``PGOUTPUT_FAST_CORPUS_ROWS``, default 2,000,000) in changes: 200,000.
+
+Outputs: ``typed`` = ``Decoder(events=False)``, ``events`` = ``Decoder(tables=False)``,
+``both`` = ``Decoder()`` (what the README shows). Each timed run is a new Decoder over
+the whole workload in one ``feed`` (input already in memory as a ``pa.BinaryArray``),
+after an untimed one. ``memcpy`` is ``np.copyto`` of the same message bytes into memory
+written before, in the same run: the ratios at the end are decode time over copy time
+(``vs memcpy``, as the other suites print them: how many times faster the copy is,
+inverted here as baseline/decode), and the notes give GB/s and ``both`` against the
+slower of its two outputs alone.
+
+    pytest benchmarks/bench_oltp.py --benchmark-only
+"""
+
+import numpy as np
+import pytest
+
+import corpus
+from benchutil import NOTES, RESULTS, record
+from pgoutput_fast.decoder import Decoder
+
+ROWS = corpus.DEFAULT_ROWS
+USES_CORPUS = True              # (conftest builds the workloads the selected tests need, first)
+SIZES = corpus.OLTP_TXN_SIZES
+WORKLOADS = [(f"oltp{k}", m) for k in SIZES for m in ("text", "binary")]
+PATHS = {"typed": dict(events=False), "events": dict(tables=False), "both": {}}
+_cache = {}
+
+
+def data(workload, mode):
+    key = (workload, mode)
+    if key not in _cache:
+        lsns, msgs = corpus.load(workload, mode, ROWS)
+        _cache[key] = (lsns, msgs, msgs.buffers()[2].size)
+    return _cache[key]
+
+
+@pytest.mark.parametrize("workload,mode", WORKLOADS)
+@pytest.mark.benchmark(group="oltp-memcpy")
+def test_oltp_memcpy(benchmark, workload, mode):
+    _, msgs, nbytes = data(workload, mode)
+    src = np.frombuffer(msgs.buffers()[2], np.uint8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    benchmark.pedantic(np.copyto, args=(dst, src), rounds=21, iterations=1)
+    record(benchmark, f"oltp/memcpy/{workload}/{mode}", bytes=nbytes)
+
+
+@pytest.mark.parametrize("workload,mode", WORKLOADS)
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.benchmark(group="oltp-decoder")
+def test_oltp_decoder(benchmark, workload, mode, path):
+    lsns, msgs, nbytes = data(workload, mode)
+    kw = PATHS[path]
+    Decoder(**kw).feed(msgs, lsns)            # (untimed: the block cache's pages warm)
+    cs = benchmark.pedantic(lambda: Decoder(**kw).feed(msgs, lsns), rounds=7, iterations=1)
+    name = f"oltp/{path}/{workload}/{mode}"
+    record(benchmark, name, bytes=nbytes, rows=cs.num_changes)
+    RESULTS[name]["baseline"] = f"oltp/memcpy/{workload}/{mode}"
+    mine = RESULTS[name]["median"]
+    copy = RESULTS.get(f"oltp/memcpy/{workload}/{mode}")
+    NOTES.append(f"{name:34s} {nbytes / mine / 1e9:6.2f} GB/s  {cs.num_changes / mine / 1e6:6.2f} M changes/s  "
+                 + (f"{mine / copy['median']:5.1f}x the memcpy time  " if copy else "")
+                 + f"({cs.num_changes:,} changes, {nbytes / 1e6:.0f} MB)")
+    alone = [RESULTS.get(f"oltp/{p}/{workload}/{mode}") for p in ("typed", "events")]
+    if path == "both" and all(alone):
+        slower = max(a["median"] for a in alone)
+        NOTES.append(f"{'':34s} both outputs / the slower alone: {mine / slower:.2f}")

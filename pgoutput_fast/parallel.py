@@ -1,0 +1,312 @@
+"""One long stream decoded on several cores: ``decode_parallel``.
+
+    changes = decode_parallel(messages, lsns, workers=2)   # same ChangeSet as
+    changes = Decoder().feed(messages, lsns)               # this
+
+The stream is cut where nothing is open (no Begin..Commit, stream block, streamed or
+prepared transaction: ``protocol.Grammar.at_rest``) into about as many pieces of equal
+size as there are workers. The relation catalog at each cut (the Relation and Type
+messages before it, applied in order to the starting catalog) is computed first, in one
+quick pass over those messages only; each piece is then decoded by its own ``Decoder``
+that starts from that catalog, on a thread of its own, and the pieces' outputs are
+joined in stream order (which is commit order): the change-event tables and each
+relation version's typed tables concatenated, the logical messages in order, the
+relation versions in the order one Decoder meets them.
+
+Limitation (issue #32, open): the native core does not release the GIL yet, so on
+CPython with a GIL the threads take turns and the pieces decode one after another
+(``workers=2`` is about as fast as one Decoder, not faster: docs/performance.md). The
+cutting, the catalog carried across cuts and the join are what a GIL-free core (or a
+free-threaded Python) needs; they are tested to give one Decoder's ChangeSet.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pyarrow as pa
+
+from . import protocol as P
+from .catalog import RelationCatalog
+from .decoder import ChangeSet, Decoder
+from .errors import DecodeError
+
+__all__ = ["decode_parallel", "plan_cuts"]
+
+_CONTROL = np.zeros(256, bool)
+for _t in (P.BEGIN, P.COMMIT, P.BEGIN_PREPARE, P.PREPARE, P.STREAM_START, P.STREAM_STOP,
+           P.STREAM_COMMIT, P.STREAM_ABORT, P.STREAM_PREPARE, P.COMMIT_PREPARED, P.ROLLBACK_PREPARED):
+    _CONTROL[_t] = True
+_SIMPLE = frozenset((P.BEGIN, P.COMMIT))
+
+
+class _Tracker(P.Grammar):
+    """Grammar as the decoder keeps it: a Rollback Prepared ends a prepared transaction
+    only when its prepare end LSN is that of the Prepare seen for the GID (else the
+    decoder keeps it, and a later Commit Prepared commits it)."""
+
+    __slots__ = ("prepare_end",)
+
+    def __init__(self):
+        super().__init__()
+        self.prepare_end = {}
+
+    def step(self, data) -> int:
+        t = data[0]
+        if t == P.PREPARE or t == P.STREAM_PREPARE:   # flags, prepare_lsn, end_lsn, ts, xid, gid
+            self.prepare_end[P._gid(data, 30)] = _U64.unpack_from(data, 10)[0]
+        elif t == P.ROLLBACK_PREPARED:                # flags, prepare_end_lsn, ..., gid at 38
+            gid = P._gid(data, 38)
+            if gid in self.prepared and self.prepare_end.get(gid) != _U64.unpack_from(data, 2)[0]:
+                return t                              # (kept: not this GID's Prepare)
+        elif t == P.COMMIT_PREPARED:
+            self.prepare_end.pop(P._gid(data, 30), None)
+        return super().step(data)
+
+
+_U64 = struct.Struct(">Q")
+
+
+def _as_array(messages):
+    """The messages as one pa.BinaryArray / LargeBinaryArray (zero copy when they are
+    one already)."""
+    if isinstance(messages, pa.ChunkedArray):
+        messages = messages.combine_chunks() if messages.num_chunks != 1 else messages.chunk(0)
+    if isinstance(messages, pa.Array):
+        if not (pa.types.is_binary(messages.type) or pa.types.is_large_binary(messages.type)):
+            raise TypeError(f"messages must be binary, not {messages.type}")
+        return messages
+    raw = [bytes(m) for m in messages]
+    lens = np.fromiter((len(m) for m in raw), np.int64, len(raw))
+    offsets = np.zeros(len(raw) + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    return pa.Array.from_buffers(pa.large_binary(), len(raw),
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raw))])
+
+
+def _layout(arr):
+    """(start offsets of each message, its length, the data buffer as uint8)."""
+    width = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
+    n = len(arr)
+    offs = np.frombuffer(arr.buffers()[1], width)[arr.offset:arr.offset + n + 1].astype(np.int64)
+    data = arr.buffers()[2]
+    data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    return offs[:-1], np.diff(offs), data
+
+
+def plan_cuts(messages, pieces: int) -> list:
+    """Message indexes where ``messages`` may be cut into about ``pieces`` parts of equal
+    size: each is a position where nothing is open (``Grammar.at_rest``). Sorted, without
+    0 and len(messages)."""
+    arr = _as_array(messages)
+    n = len(arr)
+    if pieces <= 1 or n < 2:
+        return []
+    starts, lens, data = _layout(arr)
+    types = np.zeros(n, np.uint8)
+    nonempty = lens > 0
+    types[nonempty] = data[starts[nonempty]]
+    control = np.nonzero(_CONTROL[types])[0]
+    rest = np.zeros(n, bool)                  # rest[i]: nothing open after message i
+    if set(np.unique(types[control]).tolist()) <= _SIMPLE:
+        depth = np.cumsum((types == P.BEGIN).astype(np.int64) - (types == P.COMMIT))
+        rest = depth == 0
+    else:
+        g = _Tracker()
+        at_rest = True
+        pos = 0
+        for i in control.tolist():
+            rest[pos:i] = at_rest             # (the messages between change nothing)
+            g.step(arr[i].as_py())
+            at_rest = g.at_rest
+            rest[i] = at_rest
+            pos = i + 1
+        rest[pos:] = at_rest
+    cand = np.nonzero(rest[:-1])[0] + 1       # cut before message i+1
+    if len(cand) == 0:
+        return []
+    ends = np.cumsum(lens)
+    total = ends[-1]
+    cuts = []
+    for k in range(1, pieces):
+        want = total * k / pieces
+        j = int(np.searchsorted(ends[cand - 1], want))
+        best = None
+        for c in (j - 1, j):
+            if 0 <= c < len(cand) and (best is None or abs(ends[cand[c] - 1] - want) < abs(ends[best - 1] - want)):
+                best = int(cand[c])
+        if best is not None and best not in cuts and 0 < best < n:
+            cuts.append(best)
+    return sorted(cuts)
+
+
+def _catalogs_at(arr, lsns, cuts, catalog, decode_message):
+    """The catalog at each piece's start, and the relation versions in the order one
+    Decoder creates their builders."""
+    starts, lens, data = _layout(arr)
+    n = len(arr)
+    types = np.zeros(n, np.uint8)
+    nonempty = lens > 0
+    types[nonempty] = data[starts[nonempty]]
+    block = np.cumsum((types == P.STREAM_START).astype(np.int64) - (types == P.STREAM_STOP))
+    in_block = np.concatenate([[0], block[:-1]]) > 0      # before message i
+    cat = catalog.copy()
+    order: dict = {}
+    for v in cat.versions():
+        if cat.current(v.relid) is v:
+            order.setdefault((v.relid, v.version), None)
+    snapshots = [cat.copy()]
+    catalog_msgs = np.nonzero((types == P.RELATION) | (types == P.TYPE))[0].tolist()
+    ci = 0
+    for cut in cuts + [n]:
+        while ci < len(catalog_msgs) and catalog_msgs[ci] < cut:
+            i = catalog_msgs[ci]
+            msg = decode_message(arr[i].as_py(), in_stream=bool(in_block[i]))
+            if types[i] == P.TYPE:
+                cat.apply_type(msg)
+            else:
+                v = cat.apply_relation(msg, int(lsns[i]) if lsns is not None else 0)
+                order.setdefault((v.relid, v.version), None)
+            ci += 1
+        snapshots.append(cat.copy())
+    return snapshots[:-1], list(order), cat
+
+
+def _join(parts, order):
+    """One ChangeSet of the pieces' ChangeSets, as one Decoder would have made it."""
+    events = [c.events for c in parts if c.events is not None]
+    per_version: dict = {}
+    for c in parts:
+        for v, t in c.table_versions:
+            per_version.setdefault((v.relid, v.version), (v, []))[1].append(t)
+    table_versions = []
+    for key in order + [k for k in per_version if k not in order]:
+        if key not in per_version:
+            continue
+        v, tables = per_version[key]
+        table_versions.append((v, _concat_tables(tables)))
+    messages = [m for c in parts for m in c.messages]
+    if not events:
+        ev = None
+    elif len(events) == 1:
+        ev = events[0]
+    else:
+        ev = pa.concat_tables(events)
+    return ChangeSet(ev, table_versions, messages)
+
+
+def _concat_tables(tables):
+    if len(tables) == 1:
+        return tables[0]
+    schemas = [t.schema for t in tables]
+    if all(s.equals(schemas[0], check_metadata=True) for s in schemas[1:]):
+        return pa.concat_tables(tables)
+    # a column of an unknown type is string in a piece that saw only text values and
+    # binary in one that saw a binary value (binary_unknown=None): binary as one Decoder
+    # would have made it
+    target = _unify(schemas)
+    return pa.concat_tables([t.cast(target) if not t.schema.equals(target) else t for t in tables])
+
+
+def _unify(schemas):
+    fields = []
+    for i, f in enumerate(schemas[0]):
+        types = [s.field(i).type for s in schemas]
+        fields.append(f.with_type(_widest(types)))
+    return pa.schema(fields, metadata=schemas[-1].metadata)
+
+
+def _widest(types):
+    first = types[0]
+    if all(t == first for t in types):
+        return first
+    if all(pa.types.is_struct(t) for t in types):
+        return pa.struct([first.field(i).with_type(_widest([t.field(i).type for t in types]))
+                          for i in range(first.num_fields)])
+    if any(pa.types.is_binary(t) for t in types):
+        return pa.binary()
+    return first
+
+
+def decode_parallel(messages, lsn=None, *, workers: int | None = None,
+                    catalog: RelationCatalog | None = None, pieces: int | None = None,
+                    **decoder_kwargs) -> ChangeSet:
+    """Decode one stream on ``workers`` threads (default: the CPUs this process may use);
+    the same ChangeSet as ``Decoder(catalog, **decoder_kwargs).feed(messages, lsn)``.
+
+    ``messages``, ``lsn``: as ``Decoder.feed`` takes them (a pa.BinaryArray is cut
+    without a copy). ``pieces``: how many parts to cut it into (default: ``workers``).
+    A stream with nowhere to cut (one long transaction) is decoded in one piece. On a
+    bad message raises the DecodeError one Decoder raises, ``message_index`` into the
+    whole stream and ``changes`` the committed changes before it.
+    """
+    from . import _impl
+
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    workers = max(1, int(workers))
+    pieces = max(1, int(pieces or workers))
+    catalog = catalog.copy() if catalog is not None else RelationCatalog()
+    arr = _as_array(messages)
+    if lsn is not None:
+        lsn_np = _lsn_numpy(lsn)
+        if len(lsn_np) != len(arr):
+            raise ValueError(f"lsn has {len(lsn_np)} values for {len(arr)} messages")
+    else:
+        lsn_np = None
+    cuts = plan_cuts(arr, pieces) if pieces > 1 else []
+    if not cuts:
+        return Decoder(catalog, **decoder_kwargs).feed(arr, lsn_np)
+    try:
+        snapshots, order, _ = _catalogs_at(arr, lsn_np, cuts, catalog, _impl.decode_message)
+    except Exception:  # noqa: BLE001 - one Decoder reports it as it would
+        # a Relation or Type message that does not decode or apply: one Decoder reports it
+        return Decoder(catalog, **decoder_kwargs).feed(arr, lsn_np)
+    bounds = list(zip([0] + cuts, cuts + [len(arr)]))
+
+    def run(k):
+        lo, hi = bounds[k]
+        try:
+            return Decoder(snapshots[k], **decoder_kwargs).feed(
+                arr.slice(lo, hi - lo), None if lsn_np is None else lsn_np[lo:hi]), None
+        except DecodeError as exc:
+            return getattr(exc, "changes", None), exc
+
+    if workers == 1:
+        results = [run(k) for k in range(len(bounds))]
+    else:
+        with ThreadPoolExecutor(max_workers=min(workers, len(bounds))) as pool:
+            results = list(pool.map(run, range(len(bounds))))
+    parts: list = []
+    for k, (changes, exc) in enumerate(results):
+        if exc is not None:
+            if exc.message_index is not None:
+                exc.message_index += bounds[k][0]
+            exc.changes = _join(parts + ([changes] if changes is not None else []), order)
+            raise exc
+        parts.append(changes)
+    return _join(parts, order)
+
+
+def _lsn_numpy(lsn):
+    """The LSNs as a numpy array (an Arrow column's nulls as 0, unknown, as feed reads
+    them; without Array.to_numpy, which imports pandas)."""
+    if isinstance(lsn, pa.ChunkedArray):
+        lsn = lsn.combine_chunks() if lsn.num_chunks != 1 else lsn.chunk(0)
+    if isinstance(lsn, pa.Array):
+        if not (pa.types.is_int64(lsn.type) or pa.types.is_uint64(lsn.type)):
+            return lsn.fill_null(0).to_numpy(zero_copy_only=False)
+        dtype = np.int64 if pa.types.is_int64(lsn.type) else np.uint64
+        n = len(lsn)
+        if n == 0:
+            return np.zeros(0, dtype)
+        bufs = lsn.buffers()
+        out = np.frombuffer(bufs[1], dtype, count=n, offset=8 * lsn.offset)
+        if lsn.null_count:
+            valid = np.unpackbits(np.frombuffer(bufs[0], np.uint8), bitorder="little")[lsn.offset:lsn.offset + n]
+            out = np.where(valid.astype(bool), out, 0).astype(dtype)
+        return out
+    return np.asarray(lsn)

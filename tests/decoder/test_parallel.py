@@ -1,0 +1,125 @@
+"""decode_parallel: one stream cut at rest, decoded by several Decoders on threads, joined
+in commit order: the same ChangeSet as one Decoder."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import pgoutput_fast
+from pgoutput_fast import DecodeError
+from pgoutput_fast.parallel import _Tracker, decode_parallel, plan_cuts
+from tests.support.captures import FIXTURE_NAMES, load_fixture
+
+OPTIONS = [{}, {"events": False}, {"tables": False}, {"binary_unknown": True}]
+
+
+def assert_same(a, b, what=""):
+    """Two ChangeSets hold the same tables (chunking aside), versions, messages."""
+    if a.events is None or b.events is None:
+        assert a.events is None and b.events is None, what
+    else:
+        _same_table(a.events, b.events, f"{what} events")
+        a.events.validate(full=True)
+    assert [v for v, _ in a.table_versions] == [v for v, _ in b.table_versions], what
+    for (v, ta), (_, tb) in zip(a.table_versions, b.table_versions):
+        _same_table(ta, tb, f"{what} {v}")
+        ta.validate(full=True)
+    assert a.messages == b.messages, what
+
+
+def _same_table(a, b, what):
+    assert a.schema.equals(b.schema, check_metadata=True), f"{what}: {a.schema} vs {b.schema}"
+    assert a.num_rows == b.num_rows, what
+    if a.equals(b):
+        return
+    for name in a.column_names:
+        ca, cb = a.column(name), b.column(name)
+        if not ca.equals(cb):
+            for i in range(len(ca)):
+                # (Arrow equality says NaN != NaN; their printed forms agree)
+                sa, sb = ca.slice(i, 1), cb.slice(i, 1)
+                assert sa.equals(sb) or str(sa) == str(sb), f"{what}: {name} row {i}"
+
+
+def _at_rest_positions(msgs):
+    g = _Tracker()           # (protocol.Grammar, with the decoder's Rollback Prepared)
+    out = set()
+    for i, m in enumerate(msgs):
+        g.step(bytes(m))
+        if g.at_rest:
+            out.add(i + 1)
+    return out
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(o) or "default")
+@pytest.mark.parametrize("pieces", [2, 3, 7, 1000])
+def test_fixture_same_as_one_decoder(name, options, pieces):
+    lsns, msgs = load_fixture(name)
+    want = pgoutput_fast.Decoder(**options).feed(msgs, lsns)
+    cuts = plan_cuts(msgs, pieces)
+    assert set(cuts) <= _at_rest_positions(msgs)
+    assert cuts == sorted(set(cuts))
+    got = decode_parallel(msgs, lsns, workers=2, pieces=pieces, **options)
+    assert_same(got, want, f"{name} {cuts}")
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_fixture_arrow_input_and_catalog(name):
+    """A pa.BinaryArray input and a starting catalog (the first half's) give what one
+    Decoder gives for the second half with that catalog."""
+    lsns, msgs = load_fixture(name)
+    cuts = plan_cuts(msgs, 2)
+    if not cuts:
+        pytest.skip("nowhere to cut")
+    half = cuts[0]
+    first = pgoutput_fast.Decoder()
+    first.feed(msgs[:half], lsns[:half])
+    rest = pa.array(msgs[half:], pa.binary())
+    want = pgoutput_fast.Decoder(first.catalog).feed(rest, lsns[half:])
+    got = decode_parallel(rest, lsns[half:], workers=2, pieces=3, catalog=first.catalog)
+    assert_same(got, want)
+
+
+def test_error_index_and_changes_before_it():
+    """A damaged message in a later piece: the error one Decoder raises (index into the
+    whole stream) and the committed changes before it."""
+    lsns, msgs = load_fixture("v1_text")
+    msgs = list(msgs)
+    cuts = plan_cuts(msgs, 3)
+    assert len(cuts) == 2
+    bad = next(i for i in range(cuts[1], len(msgs)) if bytes(msgs[i][:1]) == b"I")
+    msgs[bad] = bytes(msgs[bad])[:-1]
+    with pytest.raises(DecodeError) as want:
+        pgoutput_fast.Decoder().feed(msgs, lsns)
+    with pytest.raises(DecodeError) as got:
+        decode_parallel(msgs, lsns, workers=2, pieces=3)
+    assert got.value.message_index == want.value.message_index == bad
+    assert (got.value.offset, got.value.message_type) == (want.value.offset, want.value.message_type)
+    assert_same(got.value.changes, want.value.changes)
+
+
+def _generated():
+    # the generated streams of the parity tests (relations redefined, streamed and
+    # prepared transactions, logical messages, origins, truncates, text and binary)
+    from tests.decoder.test_decoder_parity import streams
+
+    return streams
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(stream=_generated()(max_steps=14), data=st.data())
+def test_generated_streams_same_as_one_decoder(stream, data):
+    msgs, lsns = stream
+    options = data.draw(st.sampled_from(OPTIONS))
+    pieces = data.draw(st.integers(2, 8))
+    workers = data.draw(st.sampled_from([1, 2]))
+    as_arrow = data.draw(st.booleans())
+    m = pa.array(msgs, pa.binary()) if as_arrow else msgs
+    want = pgoutput_fast.Decoder(**options).feed(m, lsns)
+    assert set(plan_cuts(msgs, pieces)) <= _at_rest_positions(msgs)
+    got = decode_parallel(m, lsns, workers=workers, pieces=pieces, **options)
+    assert_same(got, want, f"pieces={pieces}")
