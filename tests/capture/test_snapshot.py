@@ -368,19 +368,28 @@ def test_refusals(world, tmp_path):
     slot = "snap_refuse"
     out = str(tmp_path / "cap")
     first = CliProcess(_cli(pg, out, slot, world["pubs"], "--segment-size", "64KB"),
-                  env={"PGOUTPUT_FAST_SNAPSHOT_CHUNK_DELAY": "0.05"})
+                       env={"PGOUTPUT_FAST_SNAPSHOT_CHUNK_DELAY": "0.2"})
     _wait(lambda: os.path.exists(os.path.join(out, "0000000002.parquet"))
           or first.p.poll() is not None, what="snapshot segments")
     first.p.send_signal(signal.SIGKILL)
     first.wait()
+    # the premise: killed while copying (a snapshot that finished would simply resume)
+    st = capture.load_state(out)
+    assert st.snapshot["state"] == "copying", st.snapshot
     with world["conn"].cursor() as cur:
-        cur.execute(f"UPDATE {X}.big SET n = n WHERE id = 1")
+        # WAL past the consistent point for certain (an UPDATE of a row the kill test's
+        # writer deleted writes none), then the slot moved there
+        cur.execute("SELECT pg_logical_emit_message(false, 'pgoutput_fast_test', 'move')")
         end = sqlcapture.wait_for_wal_flush(world["conn"])
         cur.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
                     (slot, pgoutput_fast.lsn.format_lsn(end)))
+        cur.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                    "WHERE slot_name = %s", (slot,))
+        moved = pgoutput_fast.parse_lsn(cur.fetchone()[0])
+    assert moved > st.snapshot["consistent_point"], (moved, st.snapshot)
     before = sorted(os.listdir(out))
     again = CliProcess(_cli(pg, out, slot, world["pubs"]))
-    assert again.wait(120) == 5, "".join(again.lines)
+    assert again.wait(60) == 5, "".join(again.lines)
     text = "".join(again.lines)
     assert "snapshot was cut short" in text and "has moved" in text, text
     assert sorted(os.listdir(out)) == before

@@ -1048,6 +1048,7 @@ _BREAKERS = ["bad_value", "bad_float", "bad_numeric", "out_of_range", "special",
              "kind_switch", "short_tuple", "first_null", "trailing_byte", "bad_tag"]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
 @pytest.mark.parametrize("breaker", _BREAKERS)
 @pytest.mark.parametrize("at", [0, 1, 511, 1023, 1024, 1500])
@@ -1057,6 +1058,7 @@ def test_column_pass_stops_mid_block(binary, breaker, at, deletes):
     _column_pass_case(binary, breaker, at, deletes, None)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
 @pytest.mark.parametrize("breaker", _BREAKERS)
 @pytest.mark.parametrize("at", [1, 1023, 1500])
@@ -1076,6 +1078,7 @@ def test_spooled_runs_stop_mid_block(binary, breaker, at, deletes, wrap):
     _column_pass_case(binary, breaker, at, deletes, wrap)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
 @pytest.mark.parametrize("breaker", ["bad_value", "short_tuple", "toast", "first_null"])
 @pytest.mark.parametrize("deletes", [None, "upd_old"], ids=["ins_upd", "upd_old"])
@@ -1213,6 +1216,7 @@ def test_both_outputs_old_rows_past_a_special(binary, at):
 _EVENT_BREAKERS = _BREAKERS + ["non_ascii", "bad_utf8"]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
 @pytest.mark.parametrize("breaker", _EVENT_BREAKERS)
 @pytest.mark.parametrize("at", [0, 1023, 1500])
