@@ -143,6 +143,8 @@ def ids(cs, name="public.orders"):
 
 # -- ordinary transactions ---------------------------------------------------------------
 
+@pytest.mark.skipif(pgoutput_fast.IMPL != "native",
+                    reason="the native core's block cache (the reference twin has none)")
 @pytest.mark.parametrize("one_decoder", [False, True], ids=["new-decoders", "one-decoder"])
 def test_output_buffers_grow_through_the_block_cache(one_decoder):
     """Batches whose buffers grow past the sizes the block cache keeps (64 KiB and up;
