@@ -351,6 +351,12 @@ def _main(argv, command) -> int:
     except OSError as exc:
         return _fail(command, describe_os_error(exc), 1, debug)
     except Exception as exc:
+        if "pyspark" in sys.modules:
+            from .spark.errors import executor_setup_error
+
+            known = executor_setup_error(exc)
+            if known is not None:
+                return _fail(command, str(known), known.exit_code, debug)
         if not _arrow_error(exc):
             raise                      # a bug: the traceback
         return _fail(command, f"{_where(args, exc)}{type(exc).__name__}: {_first_line(exc)}: "

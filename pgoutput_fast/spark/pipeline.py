@@ -76,6 +76,12 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
                f"{r['files_added']} files written, {r['files_removed']} replaced)"))
     df.unpersist()
     if errors:
+        from .errors import executor_setup_error
+
+        for exc in errors.values():     # the executors cannot run any table: say that alone
+            known = executor_setup_error(exc)
+            if known is not None:
+                raise known from exc
         raise ApplyError(res["tables"], errors) from next(iter(errors.values()))
     res["apply_seconds"] = time.perf_counter() - t1
     res["changes"] = changes
@@ -104,6 +110,10 @@ def run(args) -> int:
         raise SegmentError(f"{args.segments}: the capture directory holds no segment yet: "
                            "nothing to apply (run pgoutput-fast capture into it first)")
     spark = get_spark(args.master)
+    if not getattr(args, "debug", False):
+        # a failed task comes back as the job's exception, which ends the command with
+        # one line; Spark's own log of it (the worker's traceback) only with --debug
+        spark.sparkContext.setLogLevel("OFF")
     try:
         res = run_pipeline(spark, args.segments, args.out, tables=args.table,
                            log=lambda m: print(m, flush=True),

@@ -118,6 +118,15 @@ def _checkpoint(out):
         return json.load(f)
 
 
+def _transactions(out):
+    """The checkpoint's transaction count; 0 before the first checkpoint (a new
+    directory has none until its first segment is durable: "connected" comes first)."""
+    try:
+        return _checkpoint(out)["transactions"]
+    except FileNotFoundError:
+        return 0
+
+
 def _tree(out):
     """name -> SHA-256 of every file (to prove nothing was changed)."""
     res = {}
@@ -244,7 +253,7 @@ def test_failed_write_is_never_confirmed(pg_server, tmp_path, fault, when):
         for i, kind in enumerate(("plain", "streamed", "prepared"), 1):
             _txn(conn, kind, i)
         deadline = time.monotonic() + 60
-        while _checkpoint(out)["transactions"] < 3 and time.monotonic() < deadline:
+        while _transactions(out) < 3 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _checkpoint(out)["transactions"] >= 3
         assert oct(os.stat(out).st_mode & 0o777) == "0o700"
@@ -697,7 +706,7 @@ def test_backoff_starts_again_after_progress(pg_server, tmp_path):
             n_conn = sum('"connected"' in ln for ln in p.lines)
             _txn(conn, "plain", 300 + i)
             deadline = time.monotonic() + 60
-            while _checkpoint(out)["transactions"] < i + 1 and time.monotonic() < deadline:
+            while _transactions(out) < i + 1 and time.monotonic() < deadline:
                 time.sleep(0.05)
             with conn.cursor() as cur:
                 cur.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
