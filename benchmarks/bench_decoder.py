@@ -11,21 +11,12 @@ import numpy as np
 import pytest
 
 import corpus
-from benchutil import NOTES, RESULTS, record
+from benchutil import NOTES, RESULTS, corpus_data, record, time_memcpy
 from pgoutput_fast import _native
 from pgoutput_fast.decoder import Decoder
 
 ROWS = corpus.DEFAULT_ROWS
 WORKLOADS = [(w, m) for w in ("narrow", "wide", "toast", "stream") for m in ("text", "binary")]
-_cache = {}
-
-
-def data(workload, mode):
-    key = (workload, mode)
-    if key not in _cache:
-        lsns, msgs = corpus.load(workload, mode, ROWS)
-        _cache[key] = (lsns, msgs, msgs.buffers()[2].size)
-    return _cache[key]
 
 
 def changes_of(msgs):
@@ -37,11 +28,8 @@ def changes_of(msgs):
 @pytest.mark.parametrize("workload,mode", WORKLOADS)
 @pytest.mark.benchmark(group="memcpy")
 def test_memcpy_baseline(benchmark, workload, mode):
-    _, msgs, nbytes = data(workload, mode)
-    src = np.frombuffer(msgs.buffers()[2], np.uint8)
-    dst = np.empty_like(src)
-    np.copyto(dst, src)     # a plain copy: into memory written before (np.copy would time page faults)
-    benchmark.pedantic(np.copyto, args=(dst, src), rounds=9, iterations=1)
+    _, msgs, nbytes = corpus_data(workload, mode)
+    time_memcpy(benchmark, msgs, rounds=9)
     record(benchmark, f"memcpy/{workload}/{mode}", bytes=nbytes)
 
 
@@ -49,7 +37,7 @@ def test_memcpy_baseline(benchmark, workload, mode):
 @pytest.mark.parametrize("path", ["typed", "events", "both"])
 @pytest.mark.benchmark(group="decoder")
 def test_decoder_native(benchmark, workload, mode, path):
-    lsns, msgs, nbytes = data(workload, mode)
+    lsns, msgs, nbytes = corpus_data(workload, mode)
     kw = {"typed": dict(events=False), "events": dict(tables=False), "both": {}}[path]
 
     def run():
@@ -68,7 +56,7 @@ SLICE = 20_000
 @pytest.mark.parametrize("mode", ["text", "binary"])
 @pytest.mark.benchmark(group="decoder-vs-reference")
 def test_decoder_slice(benchmark, mode):
-    lsns, msgs, _ = data("narrow", mode)
+    lsns, msgs, _ = corpus_data("narrow", mode)
     sl, ls = msgs.slice(0, SLICE), lsns[:SLICE]
     nbytes = sum(len(m) for m in sl.to_pylist())
     benchmark.pedantic(lambda: Decoder().feed(sl, ls), rounds=5, iterations=1)
@@ -83,7 +71,7 @@ def test_decoder_slice_reference(benchmark, mode):
 
     if not hasattr(_reference, "DecoderCore"):
         pytest.skip("reference DecoderCore not available")
-    lsns, msgs, _ = data("narrow", mode)
+    lsns, msgs, _ = corpus_data("narrow", mode)
     sl, ls = msgs.slice(0, SLICE), lsns[:SLICE]
     nbytes = sum(len(m) for m in sl.to_pylist())
 

@@ -19,11 +19,10 @@ slower of its two outputs alone.
     pytest benchmarks/bench_oltp.py --benchmark-only
 """
 
-import numpy as np
 import pytest
 
 import corpus
-from benchutil import NOTES, RESULTS, record
+from benchutil import NOTES, RESULTS, corpus_data, record, time_memcpy
 from pgoutput_fast.decoder import Decoder
 
 ROWS = corpus.DEFAULT_ROWS
@@ -31,25 +30,13 @@ USES_CORPUS = True              # (conftest builds the workloads the selected te
 SIZES = corpus.OLTP_TXN_SIZES
 WORKLOADS = [(f"oltp{k}", m) for k in SIZES for m in ("text", "binary")]
 PATHS = {"typed": dict(events=False), "events": dict(tables=False), "both": {}}
-_cache = {}
-
-
-def data(workload, mode):
-    key = (workload, mode)
-    if key not in _cache:
-        lsns, msgs = corpus.load(workload, mode, ROWS)
-        _cache[key] = (lsns, msgs, msgs.buffers()[2].size)
-    return _cache[key]
 
 
 @pytest.mark.parametrize("workload,mode", WORKLOADS)
 @pytest.mark.benchmark(group="oltp-memcpy")
 def test_oltp_memcpy(benchmark, workload, mode):
-    _, msgs, nbytes = data(workload, mode)
-    src = np.frombuffer(msgs.buffers()[2], np.uint8)
-    dst = np.empty_like(src)
-    np.copyto(dst, src)
-    benchmark.pedantic(np.copyto, args=(dst, src), rounds=21, iterations=1)
+    _, msgs, nbytes = corpus_data(workload, mode)
+    time_memcpy(benchmark, msgs, rounds=21)
     record(benchmark, f"oltp/memcpy/{workload}/{mode}", bytes=nbytes)
 
 
@@ -57,7 +44,7 @@ def test_oltp_memcpy(benchmark, workload, mode):
 @pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.benchmark(group="oltp-decoder")
 def test_oltp_decoder(benchmark, workload, mode, path):
-    lsns, msgs, nbytes = data(workload, mode)
+    lsns, msgs, nbytes = corpus_data(workload, mode)
     kw = PATHS[path]
     Decoder(**kw).feed(msgs, lsns)            # (untimed: the block cache's pages warm)
     cs = benchmark.pedantic(lambda: Decoder(**kw).feed(msgs, lsns), rounds=7, iterations=1)
