@@ -32,12 +32,15 @@ SEG_TXNS = 50
 TABLE = "public.bench"
 
 
-def _build(directory):
+def _build(directory, streamed=False):
+    """The capture; ``streamed=True``: the same changes as ONE streamed transaction (its
+    blocks of TXN changes where the transactions were, a Stream Commit at the end)."""
     import pyarrow as pa
 
     from pgoutput_fast import encode_message
     from pgoutput_fast.capture import SEGMENT_SCHEMA, write_capture
-    from pgoutput_fast.messages import Begin, Commit, Delete, Insert, Relation, RelationColumn, Update, Value
+    from pgoutput_fast.messages import (Begin, Commit, Delete, Insert, Relation, RelationColumn,
+                                        StreamCommit, StreamStart, StreamStop, Update, Value)
 
     rel = Relation(16400, "public", "bench", "d", (
         RelationColumn(1, "id", 20, -1), RelationColumn(0, "a", 23, -1), RelationColumn(0, "b", 25, -1),
@@ -54,30 +57,37 @@ def _build(directory):
     lsn, i, live = 1 << 24, 0, []
     seg_bounds = [0]
     txn = 0
+    sx = 999 if streamed else None
     while i < ROWS:
         lsn += 64
-        msgs.append(encode_message(Begin(lsn + (TXN + 1) * 64, 0, 1000 + txn)))
+        msgs.append(encode_message(StreamStart(sx, int(txn == 0)) if streamed
+                                   else Begin(lsn + (TXN + 1) * 64, 0, 1000 + txn)))
         lsns.append(lsn)
         for _ in range(TXN):
             lsn += 64
             r = i % 20
             if r < 3 and live:
                 k = live[(i * 31) % len(live)]
-                msgs.append(encode_message(Update(16400, None, None, row(k))))
+                msgs.append(encode_message(Update(16400, None, None, row(k), sx)))
             elif r == 3 and live:
                 k = live.pop((i * 17) % len(live))
-                msgs.append(encode_message(Delete(16400, "K", (Value("t", str(k).encode()),) + (None,) * 5)))
+                msgs.append(encode_message(Delete(16400, "K", (Value("t", str(k).encode()),) + (None,) * 5,
+                                                  sx)))
             else:
                 live.append(i)
-                msgs.append(encode_message(Insert(16400, row(i))))
+                msgs.append(encode_message(Insert(16400, row(i), sx)))
             lsns.append(lsn)
             i += 1
         lsn += 64
-        msgs.append(encode_message(Commit(0, lsn, lsn + 64, 0)))
+        msgs.append(encode_message(StreamStop() if streamed else Commit(0, lsn, lsn + 64, 0)))
         lsns.append(lsn)
         txn += 1
         if txn % SEG_TXNS == 0:
             seg_bounds.append(len(msgs))
+    if streamed:
+        lsn += 64
+        msgs.append(encode_message(StreamCommit(sx, 0, lsn, lsn + 64, 0)))
+        lsns.append(lsn)
     if seg_bounds[-1] != len(msgs):
         seg_bounds.append(len(msgs))
     write_capture(directory, (pa.table([pa.array(lsns[a:b], pa.int64()), pa.array(msgs[a:b], pa.binary()),
@@ -97,6 +107,21 @@ def world():
     catalog = pgs.build_catalog(df)
     yield {"spark": spark, "dir": d, "df": df, "catalog": catalog, "messages": n_msgs, "rows": n_rows}
     spark.stop()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def stream_world(world):
+    """The same changes as one streamed transaction spanning every segment."""
+    from pgoutput_fast import spark as pgs
+
+    d = tempfile.mkdtemp(prefix="pgoutput_fast_bench_spark_stream_")
+    n_msgs, n_rows = _build(d, streamed=True)
+    spark = world["spark"]
+    split = pgs.read_segments(spark, d)
+    whole = pgs.read_segments(spark, d, split=False)
+    yield {"split": split, "whole": whole, "catalog": pgs.build_catalog(split),
+           "messages": n_msgs, "rows": n_rows}
     shutil.rmtree(d, ignore_errors=True)
 
 
@@ -128,6 +153,26 @@ def test_decode_typed(benchmark, world):
     _run(benchmark, lambda: _noop(pgs.decode(world["df"], world["catalog"], table=TABLE)))
     record(benchmark, "spark/decode-typed", messages=world["messages"], rows=world["rows"],
            baseline="spark/identity")
+
+
+def test_decode_stream_one_task(benchmark, stream_world):
+    """One streamed transaction over every segment, read as one task (``split=False``:
+    what every long streamed transaction did before pieces)."""
+    from pgoutput_fast import spark as pgs
+
+    w = stream_world
+    _run(benchmark, lambda: _noop(pgs.decode(w["whole"], w["catalog"])))
+    record(benchmark, "spark/decode-stream-one-task", messages=w["messages"], rows=w["rows"])
+
+
+def test_decode_stream_pieces(benchmark, stream_world):
+    """The same, one task per segment (``pgoutput_fast.split``)."""
+    from pgoutput_fast import spark as pgs
+
+    w = stream_world
+    _run(benchmark, lambda: _noop(pgs.decode(w["split"], w["catalog"])))
+    record(benchmark, "spark/decode-stream-pieces", messages=w["messages"], rows=w["rows"],
+           baseline="spark/decode-stream-one-task")
 
 
 def test_apply(benchmark, world):

@@ -9,17 +9,20 @@ transaction (``S…E`` blocks until ``c``/``A``) or a prepared one (``b…P`` un
 segments on the driver (the message-type bytes only, vectorized; the few
 stream/prepare messages are parsed) and groups consecutive segments into **segment
 groups**: a group ends after a segment at whose end no streamed or prepared
-transaction is open. Each group is one Spark partition (``spark.range(n, numPartitions=
-n)`` + a reading ``mapInArrow``), read in order, so one task sees every message of
-its transactions. A trailing group that is still open (a transaction not finished
-when capture stopped) is left out (``include_open=True`` keeps it; its unfinished work
-is then simply not emitted) and is read again, whole, once it closes.
+transaction is open. A closed group of several segments is cut into one **piece** per
+segment (``pgoutput_fast.split``: each piece gets a copy of the outcome of the
+transactions it holds part of, subtransaction aborts are applied on the driver, seq is
+shifted), so a long transaction does not make one task. Each piece is one Spark
+partition (``spark.range(n, numPartitions=n)`` + a reading ``mapInArrow``), read in
+order. A trailing group that is still open (a transaction not finished when capture
+stopped) is left out (``include_open=True`` keeps it, as one piece; its unfinished
+work is then simply not emitted) and is read again once it closes.
 
 Each task starts a ``Decoder`` from the catalog as of the first message of its group
 (``SegmentCatalog.as_of(ordinal)``: the Relation/Type messages before it, collected
 by ``build_catalog``), which is exactly the state a single sequential decoder has
-there: nothing pending, the same relation versions. The task checks that its input
-is one group in order (ordinals contiguous from the group's start); a DataFrame that was
+there: the same relation versions. The task checks that its input
+is one piece in order (ordinals contiguous from the group's start); a DataFrame that was
 repartitioned or filtered before ``decode`` fails loudly instead of decoding wrongly.
 
 Typed tables and schema changes
@@ -36,6 +39,7 @@ and replica identity, so ``apply_changes`` finds the keys without the catalog.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -43,7 +47,6 @@ import numpy as np
 import pyarrow as pa
 
 from ..catalog import RelationCatalog
-from ..protocol import STREAM_OR_PREPARED
 from .types import spark_arrow_type, to_spark_array
 
 __all__ = ["read_segments", "build_catalog", "decode", "segment_groups",
@@ -51,7 +54,6 @@ __all__ = ["read_segments", "build_catalog", "decode", "segment_groups",
 
 MESSAGE_COLUMNS = ("lsn", "data", "ordinal", "segment")
 META_KEY = "pgoutput_fast"
-_GROUP_BYTES = STREAM_OR_PREPARED   # what the grouping follows (segments end outside B..C)
 _CATALOG_BYTES = b"RYSE"
 
 
@@ -107,59 +109,59 @@ def get_spark(master: str = "local[*]", app_name: str = "pgoutput_fast", *, conn
 # segment groups
 # ======================================================================================
 
-def _first_bytes(arr: pa.Array) -> np.ndarray:
-    """The first byte of every (non-empty) binary value, without Python objects."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    n = len(arr)
-    if n == 0:
-        return np.zeros(0, np.uint8)
-    off: np.ndarray
-    if pa.types.is_large_binary(arr.type):
-        off = np.frombuffer(arr.buffers()[1], np.int64, count=arr.offset + n + 1)[arr.offset:]
-    else:
-        off = np.frombuffer(arr.buffers()[1], np.int32, count=arr.offset + n + 1)[arr.offset:]
-    data = np.frombuffer(arr.buffers()[2], np.uint8)
-    return data[off[:-1]]
-
-
-def _segment_summary(entry):
-    """(first ordinal, count, [(ordinal, data)] of S/E/c/A/p/P/K/r messages) of one
-    segment, verified (``capture.read_segment``)."""
+def _segment_facts(entry):
+    """``split.PieceFacts`` of one segment (verified: ``capture.read_segment``), or None
+    when it holds no message."""
     from ..capture import read_segment
+    from ..split import piece_facts
 
-    t = read_segment(entry, columns=("data", "ordinal"))
+    t = read_segment(entry, columns=("lsn", "data", "ordinal"))
     if t.num_rows == 0:
-        return None, 0, []
-    data = t.column("data").combine_chunks()
-    first = _first_bytes(data)
-    idx = np.nonzero(np.isin(first, np.frombuffer(bytes(sorted(_GROUP_BYTES)), np.uint8)))[0]
-    ords = t.column("ordinal").combine_chunks()
-    ctl = [(ords[int(i)].as_py(), data[int(i)].as_py()) for i in idx]
-    return ords[0].as_py(), t.num_rows, ctl
+        return None
+    return piece_facts(t.column("data"), t.column("lsn").to_numpy(),
+                       t.column("ordinal").to_numpy())
 
 
-def segment_groups(directory, *, include_open: bool = False) -> list:
-    """``[{"paths": [...], "entries": [...], "first": ordinal, "count": n, "closed": bool}]``:
-    consecutive segments such that no streamed or prepared transaction is open at a
-    group's end. ``entries`` are the segments' verified manifest entries
-    (``capture.SegmentEntry``): the tasks check each file against them."""
+def _stream_detail_fn(entries):
+    def detail(k, xid):
+        from ..capture import read_segment
+        from ..split import stream_detail
+
+        t = read_segment(entries[k], columns=("data", "ordinal"))
+        return stream_detail(t.column("data"), t.column("ordinal").to_numpy(), xid)
+    return detail
+
+
+def segment_groups(directory, *, include_open: bool = False, split: bool = True) -> list:
+    """``[{"paths": [...], "entries": [...], "first": ordinal, "count": n, "closed": bool,
+    "pieces": [...]}]``: consecutive segments such that no streamed or prepared
+    transaction is open at a group's end. ``entries`` are the segments' verified
+    manifest entries (``capture.SegmentEntry``): the tasks check each file against them.
+
+    ``pieces``: the units of work (one Spark task each). With ``split=True`` a closed
+    group of several segments is cut into one piece per segment (``pgoutput_fast.split``:
+    each piece gets the outcome of the transactions it holds part of); otherwise, and
+    for an open group, the group is one piece. Each piece: ``{"entries", "first",
+    "count", "plan"}`` (``plan``: ``split.PiecePlan.to_dict()``, or None)."""
     from ..capture import segment_entries
     from ..protocol import Grammar
+    from ..split import plan_pieces
 
     groups: list[dict] = []
     grammar = Grammar()
     cur: dict | None = None
     for entry in segment_entries(directory):
-        first, count, ctl = _segment_summary(entry)
-        if count == 0:
+        facts = _segment_facts(entry)
+        if facts is None:
             continue
         if cur is None:
-            cur = {"paths": [], "entries": [], "first": first, "count": 0, "closed": False}
+            cur = {"paths": [], "entries": [], "first": facts.first, "count": 0,
+                   "closed": False, "facts": []}
         cur["paths"].append(entry.path)
         cur["entries"].append(entry)
-        cur["count"] += count
-        for _, data in ctl:
+        cur["facts"].append(facts)
+        cur["count"] += facts.count
+        for _, _, data in facts.control:
             grammar.step(data)
         if grammar.at_rest:
             cur["closed"] = True
@@ -167,6 +169,16 @@ def segment_groups(directory, *, include_open: bool = False) -> list:
             cur = None
     if cur is not None and include_open:
         groups.append(cur)
+    for g in groups:
+        facts = g.pop("facts")
+        if split and g["closed"] and len(facts) > 1:
+            plans = plan_pieces(facts, _stream_detail_fn(g["entries"]))
+            g["pieces"] = [{"entries": [e], "first": f.first, "count": f.count,
+                            "plan": None if p.empty and not p.seq_offsets else p.to_dict()}
+                           for e, f, p in zip(g["entries"], facts, plans)]
+        else:
+            g["pieces"] = [{"entries": list(g["entries"]), "first": g["first"],
+                            "count": g["count"], "plan": None}]
     return groups
 
 
@@ -192,13 +204,13 @@ def _message_schema(metadata: dict):
     ])
 
 
-def _read_groups_fn(groups, batch_rows=10_000):
+def _read_pieces_fn(pieces, batch_rows=10_000):
     def read(batches):
         from ..capture import read_segment
 
         for b in batches:
-            for gid in b.column(0).to_pylist():
-                for entry in groups[gid]["entries"]:
+            for pid in b.column(0).to_pylist():
+                for entry in pieces[pid]["entries"]:
                     seg = entry.seq
                     t = read_segment(entry, columns=("lsn", "data", "ordinal"))
                     t = t.append_column("segment", pa.array(np.full(t.num_rows, seg, np.int32)))
@@ -206,21 +218,36 @@ def _read_groups_fn(groups, batch_rows=10_000):
     return read
 
 
-def read_segments(spark, path, *, include_open: bool = False, groups: list | None = None):
+def _pieces(groups) -> list:
+    out = []
+    for g in groups:
+        out.extend(g.get("pieces") or [{"entries": list(g["entries"]), "first": g["first"],
+                                         "count": g["count"], "plan": None}])
+    return out
+
+
+def read_segments(spark, path, *, include_open: bool = False, groups: list | None = None,
+                  split: bool = True):
     """The captured messages of a segment directory: a DataFrame with ``lsn``, ``data``,
-    ``ordinal`` and ``segment``, one partition per segment group, in order.
+    ``ordinal`` and ``segment``, one partition per piece of work, in order: a segment
+    group, or with ``split=True`` (the default) one segment of a group that spans
+    several (``segment_groups``, ``pgoutput_fast.split``).
 
     The ``data`` column's metadata holds the capture options (``binary``, ...) and the
-    groups (first ordinal, count): ``build_catalog`` and ``decode`` read them."""
+    pieces (first ordinal, count, and how ``decode`` rewrites a piece that holds part of
+    a transaction finished elsewhere): ``build_catalog`` and ``decode`` read them."""
     if groups is None:
-        groups = segment_groups(path, include_open=include_open)
+        groups = segment_groups(path, include_open=include_open, split=split)
+    pieces = _pieces(groups)
     meta = {"options": _capture_options(path), "path": os.path.abspath(path),
-            "group_starts": [g["first"] for g in groups],
-            "group_counts": [g["count"] for g in groups]}
+            "group_starts": [p["first"] for p in pieces],
+            "group_counts": [p["count"] for p in pieces],
+            # (Spark's field metadata holds no nested arrays: the plans as a JSON string)
+            "plans": json.dumps({str(p["first"]): p["plan"] for p in pieces if p.get("plan")})}
     schema = _message_schema(meta)
-    n = max(1, len(groups))
-    ids = spark.range(0, len(groups), 1, n)
-    df = ids.mapInArrow(_read_groups_fn(groups), schema)
+    n = max(1, len(pieces))
+    ids = spark.range(0, len(pieces), 1, n)
+    df = ids.mapInArrow(_read_pieces_fn(pieces), schema)
     # mapInArrow drops field metadata of the declared schema: put it back
     return df.select(*[df[c].alias(c, metadata={META_KEY: meta}) if c == "data" else df[c]
                        for c in df.columns])
@@ -415,14 +442,39 @@ def conform_batch(table: pa.Table, version, schema: pa.Schema, spark: bool = Tru
 # decode
 # ======================================================================================
 
-def _decode_fn(catalog: SegmentCatalog, group_starts: list, table, schema, binary_unknown):
+def _decode_fn(catalog: SegmentCatalog, group_starts: list, table, schema, binary_unknown,
+               plans: dict | None = None):
     starts = set(group_starts)
+    plans = plans or {}
 
     def run(batches):
         from .. import Decoder
+        from ..split import PiecePlan
 
         dec = None
+        plan = None
         expect = None
+
+        def out(cs):
+            if table is None:
+                if cs.events is not None and cs.events.num_rows:
+                    ev = cs.events
+                    if plan is not None:
+                        ev = plan.shift_seq(ev, "commit_lsn", "seq")
+                    yield from ev.to_batches()
+            else:
+                for version, t in cs.table_versions:
+                    if version.qualified_name == table and t.num_rows:
+                        if plan is not None:
+                            t = plan.shift_seq(t, "_commit_lsn", "_seq")
+                        yield conform_batch(t, version, schema)
+
+        def finish():
+            if plan is not None:
+                for data, lsn in plan.finish():
+                    yield from out(dec.feed(data, lsn=lsn))
+            _check_closed(dec, expect)
+
         for b in batches:
             if b.num_rows == 0:
                 continue
@@ -430,7 +482,7 @@ def _decode_fn(catalog: SegmentCatalog, group_starts: list, table, schema, binar
             first = ords[0].as_py()
             if dec is None or first != expect:
                 if dec is not None:
-                    _check_closed(dec, expect)
+                    yield from finish()
                 if starts and first not in starts:
                     raise ValueError(
                         f"pgoutput_fast.spark.decode: a task starts at message ordinal {first}, "
@@ -439,20 +491,19 @@ def _decode_fn(catalog: SegmentCatalog, group_starts: list, table, schema, binar
                         "or reordered)")
                 dec = Decoder(catalog.as_of(first), events=table is None,
                               tables=table is not None, binary_unknown=binary_unknown)
+                p = plans.get(str(first))
+                plan = PiecePlan.from_dict(p) if p else None
             ov = ords.to_numpy()
             if len(ov) > 1 and not np.all(np.diff(ov) == 1):
                 raise ValueError("pgoutput_fast.spark.decode: messages out of order in a task")
             expect = int(ov[-1]) + 1
-            cs = dec.feed(b.column("data"), lsn=b.column("lsn"))
-            if table is None:
-                if cs.events is not None and cs.events.num_rows:
-                    yield from cs.events.to_batches()
+            if plan is None:
+                yield from out(dec.feed(b.column("data"), lsn=b.column("lsn")))
             else:
-                for version, t in cs.table_versions:
-                    if version.qualified_name == table and t.num_rows:
-                        yield conform_batch(t, version, schema)
+                for data, lsn in plan.rewrite(b.column("data"), b.column("lsn"), ov):
+                    yield from out(dec.feed(data, lsn=lsn))
         if dec is not None:
-            _check_closed(dec, expect)
+            yield from finish()
     return run
 
 
@@ -472,6 +523,7 @@ def decode(df, catalog: SegmentCatalog, *, table: str | None = None,
     are binary when the capture was in binary mode (``binary_unknown``)."""
     meta = _meta(df)
     group_starts = list(meta.get("group_starts", []))
+    plans = json.loads(meta.get("plans") or "{}")
     if binary_unknown is None:
         binary_unknown = bool(getattr(catalog, "binary", False) or
                               meta.get("options", {}).get("binary", False))
@@ -481,11 +533,11 @@ def decode(df, catalog: SegmentCatalog, *, table: str | None = None,
         from ..decoder import EVENT_SCHEMA
 
         out_schema = spark_schema(EVENT_SCHEMA)
-        fn = _decode_fn(catalog, group_starts, None, None, binary_unknown)
+        fn = _decode_fn(catalog, group_starts, None, None, binary_unknown, plans)
     else:
         schema = typed_schema(catalog, table, binary_unknown)
         out_schema = spark_schema(schema, table, catalog)
-        fn = _decode_fn(catalog, group_starts, table, schema, binary_unknown)
+        fn = _decode_fn(catalog, group_starts, table, schema, binary_unknown, plans)
     out = df.select("lsn", "data", "ordinal").mapInArrow(fn, out_schema)
     # mapInArrow drops field metadata: restore it (keys, table name)
     return out.select(*[out[f.name].alias(f.name, metadata=f.metadata) if f.metadata else out[f.name]

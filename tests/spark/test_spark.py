@@ -463,3 +463,34 @@ def test_spark_connect_decode_equals_postgres(world, tmp_path):
     results = [demo.compare_with_truth(t, img, True) for t in world["truths"]]
     bad = [(r.name, r.problems[:3]) for r in results if not r.ok]
     assert not bad, bad
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("binary", MODES)
+def test_split_groups_decode_as_one_decoder(world, spark, binary):
+    """Groups spanning segments are decoded one segment per task (``pgoutput_fast.split``):
+    the change events equal one sequential Decoder's over all segments, seq included,
+    and equal the unsplit read's."""
+    import pgoutput_fast
+    from pgoutput_fast import spark as pgs
+
+    d = world["dirs"][binary]
+    groups = pgs.segment_groups(d)
+    pieces = [p for g in groups for p in g["pieces"]]
+    assert len(pieces) > len(groups) and any(p["plan"] for p in pieces), \
+        "the workload should have transactions open across segments"
+    cols = ["commit_lsn", "seq", "op", "lsn", "xid", "schema", "table"]
+
+    def rows(df):
+        t = pgs.decode(df, pgs.build_catalog(df)).toArrow()
+        return sorted(zip(*[t.column(c).to_pylist() for c in cols],
+                          [str(x) for x in t.column("after").to_pylist()],
+                          [str(x) for x in t.column("before").to_pylist()]))
+
+    got = rows(pgs.read_segments(spark, d))
+    whole = rows(pgs.read_segments(spark, d, split=False))
+    dec = pgoutput_fast.Decoder(binary_unknown=binary, tables=False)
+    ev = dec.feed(capture.read_segments(d).column("data"), capture.read_segments(d).column("lsn")).events
+    want_keys = sorted(zip(*[ev.column(c).to_pylist() for c in cols[:5]]))
+    assert [r[:5] for r in got] == want_keys
+    assert got == whole

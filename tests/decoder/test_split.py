@@ -1,0 +1,222 @@
+"""pgoutput_fast.split: a stream cut into pieces inside open streamed and prepared
+transactions, each piece decoded by its own Decoder (rewritten by its PiecePlan), gives
+exactly the rows of one Decoder: same values and metadata, seq included (row order
+aside)."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import pgoutput_fast
+from pgoutput_fast import protocol as P
+from pgoutput_fast.encode import encode_message
+from pgoutput_fast.messages import (Insert, Origin, Relation, RelationColumn, StreamAbort,
+                                    StreamCommit, StreamStart, StreamStop, Value, Begin, Commit,
+                                    Delete)
+from pgoutput_fast.parallel import _catalogs_at, _concat_tables
+from pgoutput_fast.split import piece_facts, plan_pieces, stream_detail
+from tests.support.captures import FIXTURE_NAMES, load_fixture
+
+
+def _boundaries(msgs):
+    """Positions where a segment may end (nothing but streamed/prepared work open)."""
+    g = P.Grammar()
+    out = []
+    for i, m in enumerate(msgs):
+        g.step(bytes(m))
+        if g.at_boundary and 0 < i + 1 < len(msgs):
+            out.append(i + 1)
+    return out
+
+
+def _sorted(t, commit, seq):
+    if t is None or t.num_rows == 0:
+        return t
+    return t.sort_by([(commit, "ascending"), (seq, "ascending")])
+
+
+def decode_in_pieces(msgs, lsns, cuts, **options):
+    """Decode ``msgs`` cut at ``cuts`` (which must end where nothing is open) piece by
+    piece; returns (events, {(relid, version): typed table}) sorted by (commit_lsn, seq)."""
+    from pgoutput_fast import _impl
+
+    arr = pa.array([bytes(m) for m in msgs], pa.binary())
+    lsn = pa.array(lsns, pa.int64())
+    bounds = [0] + list(cuts) + [len(msgs)]
+    pieces = [(a, b) for a, b in zip(bounds, bounds[1:])]
+    facts = [piece_facts(arr.slice(a, b - a), lsn.slice(a, b - a).to_numpy(), range(a, b))
+             for a, b in pieces]
+
+    def detail(k, xid):
+        a, b = pieces[k]
+        return stream_detail(arr.slice(a, b - a), range(a, b), xid)
+
+    plans = plan_pieces(facts, detail)
+    catalogs, _order, _ = _catalogs_at(arr, lsn.to_numpy(), list(cuts),
+                                       pgoutput_fast.RelationCatalog(), _impl.decode_message)
+    events, tables = [], {}
+    for (a, b), plan, cat in zip(pieces, plans, catalogs):
+        dec = pgoutput_fast.Decoder(cat.copy(), **options)
+        parts = plan.rewrite(arr.slice(a, b - a), lsn.slice(a, b - a), range(a, b)) + plan.finish()
+        for data, l in parts:
+            cs = dec.feed(data, l)
+            if cs.events is not None and cs.events.num_rows:
+                events.append(plan.shift_seq(cs.events, "commit_lsn", "seq"))
+            for v, t in cs.table_versions:
+                if t.num_rows:
+                    tables.setdefault((v.relid, v.version), []).append(
+                        plan.shift_seq(t, "_commit_lsn", "_seq"))
+        assert dec.pending().get("open_transaction") is None
+    ev = _sorted(_concat_tables(events), "commit_lsn", "seq") if events else None
+    return ev, {k: _sorted(_concat_tables(v), "_commit_lsn", "_seq") for k, v in tables.items()}
+
+
+def one_decoder(msgs, lsns, **options):
+    cs = pgoutput_fast.Decoder(**options).feed(list(msgs), list(lsns))
+    ev = _sorted(cs.events, "commit_lsn", "seq") if cs.events is not None and cs.events.num_rows else None
+    return ev, {(v.relid, v.version): _sorted(t, "_commit_lsn", "_seq")
+                for v, t in cs.table_versions if t.num_rows}
+
+
+def _same(a, b, what):
+    if a.equals(b):
+        return
+    for name in b.column_names:
+        ca, cb = a.column(name), b.column(name)
+        if not ca.equals(cb):
+            for i in range(len(cb)):
+                # (Arrow equality says NaN != NaN; their printed forms agree)
+                sa, sb = ca.slice(i, 1), cb.slice(i, 1)
+                assert sa.equals(sb) or str(sa) == str(sb), f"{what}: {name} row {i}: {sa} {sb}"
+
+
+def assert_same(got, want, what):
+    gev, gt = got
+    wev, wt = want
+    if wev is None:
+        assert gev is None or gev.num_rows == 0, what
+    else:
+        assert gev is not None and gev.num_rows == wev.num_rows, what
+        _same(gev.select(wev.column_names), wev, what)
+    assert set(gt) == set(wt), what
+    for k in wt:
+        a, b = gt[k], wt[k]
+        assert a.num_rows == b.num_rows, (what, k)
+        _same(a.cast(b.schema), b, (what, k))
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+@pytest.mark.parametrize("every", [1, 2, 7, 50])
+def test_fixture_cut_everywhere(name, every):
+    """Real captures cut at every ``every``-th position where a segment may end: the
+    union of the pieces' rows is one Decoder's."""
+    lsns, msgs = load_fixture(name)
+    cuts = _boundaries(msgs)[::every]
+    want = one_decoder(msgs, lsns)
+    assert_same(decode_in_pieces(msgs, lsns, cuts), want, f"{name} every {every}")
+
+
+@pytest.mark.parametrize("name", [n for n in FIXTURE_NAMES if n.startswith(("v2", "v3"))])
+def test_fixture_random_cuts(name):
+    lsns, msgs = load_fixture(name)
+    pos = _boundaries(msgs)
+    rng = random.Random(name)
+    want = one_decoder(msgs, lsns)
+    for _ in range(20):
+        cuts = sorted(rng.sample(pos, rng.randint(1, min(40, len(pos)))))
+        assert_same(decode_in_pieces(msgs, lsns, cuts), want, f"{name} {cuts}")
+
+
+# -- synthetic streams: nested subtransactions aborted across pieces, origins ----------
+
+_REL = Relation(relid=16400, nspname="public", relname="t", replident="d",
+                columns=(RelationColumn(flags=1, name="id", type_oid=23, typmod=-1),
+                         RelationColumn(flags=0, name="v", type_oid=25, typmod=-1)))
+
+
+@st.composite
+def streams(draw):
+    """A stream of plain transactions and streamed ones (several open at once), with
+    subtransactions (nested ids), subtransaction aborts, origins, commits and aborts."""
+    out = [(0, encode_message(_REL))]
+    lsn = 1000
+    open_: dict = {}                # xid -> {"subs": [...], "started": bool}
+    next_xid = 700
+    key = 0
+    for _ in range(draw(st.integers(3, 40))):
+        lsn += 10
+        choice = draw(st.sampled_from(["plain", "new", "block", "block", "block", "end"]))
+        if choice == "plain":
+            next_xid += 1
+            out.append((lsn, encode_message(Begin(final_lsn=lsn + 5, commit_ts=lsn, xid=next_xid))))
+            key += 1
+            out.append((lsn + 1, encode_message(Insert(relid=16400, new=(
+                Value("t", str(key).encode()), Value("t", b"plain"))))))
+            out.append((lsn + 5, encode_message(Commit(flags=0, commit_lsn=lsn + 5,
+                                                       end_lsn=lsn + 6, commit_ts=lsn))))
+        elif choice == "new" or (choice == "block" and not open_):
+            next_xid += 10
+            open_[next_xid] = {"subs": [next_xid], "started": False,
+                               "origin": draw(st.booleans())}
+        elif choice == "block":
+            xid = draw(st.sampled_from(sorted(open_)))
+            s = open_[xid]
+            out.append((lsn, encode_message(StreamStart(xid=xid, first_segment=int(not s["started"])))))
+            if not s["started"] and s["origin"]:
+                out.append((0, encode_message(Origin(origin_lsn=lsn, name=f"origin{xid}"))))
+            s["started"] = True
+            for _ in range(draw(st.integers(0, 6))):
+                lsn += 1
+                act = draw(st.sampled_from(["ins", "ins", "del", "sub", "rel"]))
+                if act == "sub":
+                    s["subs"].append(s["subs"][-1] + 1 if s["subs"][-1] < xid + 9 else xid + 1)
+                    continue
+                sub = draw(st.sampled_from(s["subs"]))
+                if act == "rel":
+                    out.append((0, encode_message(_REL._replace(xid=sub))))
+                    continue
+                key += 1
+                if act == "ins":
+                    m = Insert(relid=16400, new=(Value("t", str(key).encode()),
+                                                 Value("t", f"s{xid}/{sub}".encode())), xid=sub)
+                else:
+                    m = Delete(relid=16400, old_kind="K",
+                               old=(Value("t", str(key - 1).encode()), None), xid=sub)
+                out.append((lsn, encode_message(m)))
+            out.append((0, encode_message(StreamStop())))
+            # subtransaction aborts come between blocks
+            if len(s["subs"]) > 1 and draw(st.booleans()):
+                sub = draw(st.sampled_from(s["subs"][1:]))
+                out.append((0, encode_message(StreamAbort(xid=xid, subxid=sub))))
+        else:
+            ended = [x for x in open_ if open_[x]["started"]]
+            if not ended:
+                continue
+            xid = draw(st.sampled_from(ended))
+            del open_[xid]
+            if draw(st.integers(0, 4)) == 0:
+                out.append((0, encode_message(StreamAbort(xid=xid, subxid=xid))))
+            else:
+                out.append((lsn, encode_message(StreamCommit(xid=xid, flags=0, commit_lsn=lsn,
+                                                             end_lsn=lsn + 1, commit_ts=lsn))))
+    for xid, s in sorted(open_.items()):
+        if s["started"]:
+            lsn += 10
+            out.append((lsn, encode_message(StreamCommit(xid=xid, flags=0, commit_lsn=lsn,
+                                                         end_lsn=lsn + 1, commit_ts=lsn))))
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(streams(), st.data())
+def test_synthetic_streams_cut_anywhere(stream, data):
+    lsns = [lsn for lsn, _ in stream]
+    msgs = [m for _, m in stream]
+    want = one_decoder(msgs, lsns)
+    pos = _boundaries(msgs)
+    cuts = sorted(data.draw(st.sets(st.sampled_from(pos), max_size=len(pos))) if pos else [])
+    assert_same(decode_in_pieces(msgs, lsns, cuts), want, f"cuts {cuts}")
