@@ -67,10 +67,20 @@ def get_spark(master: str = "local[*]", app_name: str = "pgoutput_fast", *, conn
     this package from where it is imported now (a checkout works without installing).
 
     ``connect=True``: a Spark Connect session on a local Connect server that PySpark
-    starts (``SparkSession.builder.remote(master)``; needs ``pyspark[connect]``)."""
+    starts (``SparkSession.builder.remote(master)``; needs ``pyspark[connect]``).
+
+    On a cluster (``master="spark://host:7077"``, YARN, Kubernetes) the executors' Python
+    is ``spark.pyspark.python`` when given in ``conf`` (``spark-submit`` honours that
+    setting, a driver started by ``python`` does not: this sets ``PYSPARK_PYTHON`` from
+    it), else ``PYSPARK_PYTHON``, else this interpreter's path, which must then exist on
+    every node. The ``PYTHONPATH`` set here reaches local workers only: executors a
+    cluster starts import the package as their node has it (docs/delta.md, 'Spark: where
+    the work runs')."""
     import sys
 
     pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if conf.get("spark.pyspark.python"):
+        os.environ["PYSPARK_PYTHON"] = str(conf["spark.pyspark.python"])
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -20,6 +20,12 @@ class ExecutorSetupError(UserError):
     exit_code = 2
 
 
+class SparkConfError(UserError):
+    """A ``--conf`` argument that is not ``KEY=VALUE``."""
+
+    exit_code = 2
+
+
 def executor_setup_error(exc: BaseException) -> ExecutorSetupError | None:
     """The one-line error for ``exc`` when its cause is an executor whose Python cannot
     import this package (or pyarrow, pandas, numpy); None for anything else."""

@@ -94,7 +94,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="directory (or URI) of the Delta tables, one per table")
     p.add_argument("--change-data-feed", action="store_true",
                    help="create the tables with Delta's change data feed on")
-    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument("--master", default="local[*]",
+                   help="Spark master (default local[*]; a cluster: spark://host:7077, yarn, k8s://...)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting, as spark-submit's --conf (repeatable), e.g. "
+                        "spark.executor.memory=4g, spark.pyspark.python=./env/bin/python, "
+                        "spark.archives=env.tar.gz#env")
     p.add_argument("--table", action="append", metavar="SCHEMA.NAME",
                    help="only these tables (repeatable)")
 
@@ -109,7 +114,15 @@ def run(args) -> int:
 
         raise SegmentError(f"{args.segments}: the capture directory holds no segment yet: "
                            "nothing to apply (run pgoutput-fast capture into it first)")
-    spark = get_spark(args.master)
+    conf = {}
+    for item in getattr(args, "conf", None) or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            from .errors import SparkConfError
+
+            raise SparkConfError(f"--conf {item!r}: expected KEY=VALUE, e.g. spark.executor.memory=4g")
+        conf[key.strip()] = value
+    spark = get_spark(args.master, **conf)
     if not getattr(args, "debug", False):
         # a failed task comes back as the job's exception, which ends the command with
         # one line; Spark's own log of it (the worker's traceback) only with --debug
