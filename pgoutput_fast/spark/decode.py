@@ -139,18 +139,23 @@ def _segment_summary(entry):
     return ords[0].as_py(), t.num_rows, ctl
 
 
-def segment_groups(directory, *, include_open: bool = False) -> list:
+def segment_groups(directory, *, include_open: bool = False, storage_options=None,
+                   filesystem=None) -> list:
     """``[{"paths": [...], "entries": [...], "first": ordinal, "count": n, "closed": bool}]``:
     consecutive segments such that no streamed or prepared transaction is open at a
     group's end. ``entries`` are the segments' verified manifest entries
-    (``capture.SegmentEntry``): the tasks check each file against them."""
+    (``capture.SegmentEntry``): the tasks check each file against them. ``directory``
+    may be a URI (``s3://...``) with ``storage_options`` or ``filesystem``
+    (``capture.segments``); its entries then carry what reopens the file system in a
+    task (pickled with the task's function, never in the DataFrame's metadata)."""
     from ..capture import segment_entries
     from ..protocol import Grammar
 
     groups: list[dict] = []
     grammar = Grammar()
     cur: dict | None = None
-    for entry in segment_entries(directory):
+    for entry in segment_entries(directory, storage_options=storage_options,
+                                 filesystem=filesystem):
         first, count, ctl = _segment_summary(entry)
         if count == 0:
             continue
@@ -170,10 +175,10 @@ def segment_groups(directory, *, include_open: bool = False) -> list:
     return groups
 
 
-def _capture_options(directory) -> dict:
+def _capture_options(directory, storage_options=None, filesystem=None) -> dict:
     from ..capture import load_state
 
-    state = load_state(directory)
+    state = load_state(directory, storage_options=storage_options, filesystem=filesystem)
     return dict(state.options or {}) if state is not None else {}
 
 
@@ -206,15 +211,28 @@ def _read_groups_fn(groups, batch_rows=10_000):
     return read
 
 
-def read_segments(spark, path, *, include_open: bool = False, groups: list | None = None):
+def read_segments(spark, path, *, include_open: bool = False, groups: list | None = None,
+                  storage_options: dict | None = None, filesystem=None):
     """The captured messages of a segment directory: a DataFrame with ``lsn``, ``data``,
     ``ordinal`` and ``segment``, one partition per segment group, in order.
 
-    The ``data`` column's metadata holds the capture options (``binary``, ...) and the
-    groups (first ordinal, count): ``build_catalog`` and ``decode`` read them."""
+    ``path``: a local directory or a URI (``s3://bucket/cdc``, ``gs://``, ``abfss://``,
+    ``hdfs://``) with ``storage_options`` (delta-rs's keys, e.g. ``AWS_ENDPOINT_URL``)
+    or ``filesystem`` (a ``pyarrow.fs.FileSystem``): the executors read the segments
+    from there, each verified. The options travel with the tasks' function, not in the
+    DataFrame.
+
+    The ``data`` column's metadata holds the capture options (``binary``, ...), the
+    directory (local path or URI, never a credential) and the groups (first ordinal,
+    count): ``build_catalog`` and ``decode`` read them."""
+    from ..storage import Store
+
     if groups is None:
-        groups = segment_groups(path, include_open=include_open)
-    meta = {"options": _capture_options(path), "path": os.path.abspath(path),
+        groups = segment_groups(path, include_open=include_open,
+                                storage_options=storage_options, filesystem=filesystem)
+    store, where = Store.of(path, storage_options, filesystem)
+    meta = {"options": _capture_options(path, storage_options, filesystem),
+            "path": os.path.abspath(where) if store.local else where,
             "group_starts": [g["first"] for g in groups],
             "group_counts": [g["count"] for g in groups]}
     schema = _message_schema(meta)
