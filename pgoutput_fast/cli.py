@@ -72,7 +72,7 @@ def cmd_inspect(args) -> int:
     from .framing import read_capture
     from .messages import StreamStart, StreamStop
 
-    lsns, msgs = read_capture(args.file)
+    lsns, msgs = read_capture(args.file, _storage_options(args))
     in_stream = False
     out = sys.stdout
     shown = 0
@@ -127,6 +127,17 @@ def _write_parquet(table, path: str, what: str) -> None:
         raise
 
 
+def _storage_options(args):
+    from .storage import parse_storage_options
+
+    return parse_storage_options(getattr(args, "storage_option", None))
+
+
+_STORAGE_OPTION_HELP = ("an object-store option for a capture directory given as a URI "
+                        "(s3://bucket/cdc), as delta-rs takes it (AWS_ENDPOINT_URL=..., "
+                        "repeatable); the AWS_* environment variables are read too")
+
+
 def cmd_decode(args) -> int:
     import time
 
@@ -134,7 +145,7 @@ def cmd_decode(args) -> int:
     from .errors import UserError
     from .framing import read_capture
 
-    lsns, msgs = read_capture(args.file)
+    lsns, msgs = read_capture(args.file, _storage_options(args))
     nbytes = sum(len(m) for m in msgs)
     dec = Decoder(events=args.events or bool(args.out), tables=True)
     t0 = time.perf_counter()
@@ -191,15 +202,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     pi = sub.add_parser("inspect", help="print a capture file, one line per message")
     pi.add_argument("file", help="framed capture (.pgoc), Parquet file with a binary 'data' "
-                                 "column, or capture directory")
+                                 "column, or capture directory (local or s3://, gs://, ...)")
     pi.add_argument("--limit", type=int, default=None, help="print at most N messages")
     pi.add_argument("--keep-going", action="store_true", help="continue after a decode error")
+    pi.add_argument("--storage-option", action="append", metavar="KEY=VALUE", default=[],
+                    help=_STORAGE_OPTION_HELP)
     pi.set_defaults(func=cmd_inspect)
     pd = sub.add_parser("decode", help="decode a capture into typed tables (and Parquet files)")
     pd.add_argument("file", help="framed capture (.pgoc), Parquet file with a binary 'data' "
-                                 "column, or capture directory")
+                                 "column, or capture directory (local or s3://, gs://, ...)")
     pd.add_argument("--out", help="directory for one Parquet file per table version + _events.parquet")
     pd.add_argument("--events", action="store_true", help="also build the change-event table")
+    pd.add_argument("--storage-option", action="append", metavar="KEY=VALUE", default=[],
+                    help=_STORAGE_OPTION_HELP)
     pd.set_defaults(func=cmd_decode)
     from . import demo  # stdlib-only at import; the work happens in demo.run
 

@@ -156,10 +156,18 @@ def _read_parquet(path):
     return _columns(path, table)
 
 
-def read_capture(path):
+def read_capture(path, storage_options=None):
     """Read a framed file, a Parquet file (binary ``data`` column, optional integer
-    ``lsn``) or a capture directory; ``(lsns, messages)``."""
-    path = os.fspath(path)
+    ``lsn``) or a capture directory; ``(lsns, messages)``. A URI (``s3://bucket/cdc``,
+    ...) names a capture directory on that file system, read with ``storage_options``
+    (``pgoutput_fast.storage``)."""
+    from .storage import Store
+
+    store, path = Store.of(path, storage_options)
+    if not store.local:
+        from .capture import read_segments
+
+        return _columns(path, read_segments(path, storage_options=storage_options))
     if os.path.isdir(path):
         return _read_directory(path)
     with open(path, "rb") as f:

@@ -6,6 +6,12 @@ segment its size, SHA-256, Parquet page checksums and ordinals (the first one wh
 the manifest says, one more per row, contiguous from 0). A missing, truncated,
 reordered or altered segment, the last one included, raises ``SegmentError`` naming
 the file. ``store.py`` describes the layout.
+
+The directory may be a local path or a URI (``s3://bucket/prefix``, ``gs://``,
+``abfss://``, ``hdfs://``, ``file://``) with ``storage_options`` (delta-rs's keys) or
+an explicit ``filesystem`` (a ``pyarrow.fs.FileSystem``): ``pgoutput_fast.storage``.
+Every check above holds there too; a ``SegmentEntry`` of a URI directory carries the
+URI of its object and what reopens the file system (for a Spark task).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import os
 
 import pyarrow as pa
 
+from ..storage import Store
 from .errors import SegmentError
 from .state import CaptureState
 from .store import (CHECKPOINT, MANIFEST, SEGMENT_SCHEMA, SegmentEntry, legacy_entries,
@@ -24,18 +31,19 @@ __all__ = ["SEGMENT_SCHEMA", "segment_entries", "segment_paths", "read_segment",
            "iter_segments", "read_segments", "load_state", "write_capture", "CHECKPOINT"]
 
 
-def load_state(directory) -> CaptureState | None:
+def load_state(directory, *, storage_options=None, filesystem=None) -> CaptureState | None:
     """The checkpoint of a capture directory (verified), or None when it has none."""
-    return read_checkpoint(directory)
+    store, directory = Store.of(directory, storage_options, filesystem)
+    return read_checkpoint(directory, store)
 
 
-def _open(directory) -> tuple[CaptureState, list]:
-    directory = os.fspath(directory)
-    if not os.path.isdir(directory):
+def _open(directory, storage_options=None, filesystem=None) -> tuple[CaptureState, list]:
+    store, directory = Store.of(directory, storage_options, filesystem)
+    if not store.isdir(directory):
         raise SegmentError(f"{directory}: not a capture directory (no such directory)")
-    state = read_checkpoint(directory)
+    state = read_checkpoint(directory, store)
     if state is None:
-        names = os.listdir(directory)
+        names = store.listdir(directory)
         what = ("holds segments but no checkpoint.json (it was deleted, or this is not the "
                 "directory capture wrote)" if any(n.endswith(".parquet") for n in names)
                 else "is not a capture directory (no checkpoint.json)")
@@ -45,19 +53,25 @@ def _open(directory) -> tuple[CaptureState, list]:
         # readable before the whole snapshot is durable
         return state, []
     if state.format == 1:
-        return state, legacy_entries(directory, state)
-    entries, _tail = read_manifest(directory, state)
+        return state, legacy_entries(directory, state, store)
+    entries, _tail = read_manifest(directory, state, store)
     return state, entries
 
 
-def segment_entries(directory) -> list:
+def _store(entry) -> Store:
+    from ..storage import LOCAL
+
+    return entry.store if entry.store is not None else LOCAL
+
+
+def segment_entries(directory, *, storage_options=None, filesystem=None) -> list:
     """The durable segments of a capture directory, in order, as ``SegmentEntry``s
     (path, size, SHA-256, first ordinal, message count), from the verified manifest.
     Each listed file must exist with its size."""
-    _state, entries = _open(directory)
+    _state, entries = _open(directory, storage_options, filesystem)
     for e in entries:
         try:
-            size = os.path.getsize(e.path)
+            size = _store(e).size(e.path)
         except FileNotFoundError:
             raise SegmentError(f"{e.path}: missing (the manifest lists it)") from None
         if e.bytes is not None and size != e.bytes:
@@ -66,9 +80,10 @@ def segment_entries(directory) -> list:
     return entries
 
 
-def segment_paths(directory) -> list:
-    """The paths of the durable segments of a capture directory, in order."""
-    return [e.path for e in segment_entries(directory)]
+def segment_paths(directory, *, storage_options=None, filesystem=None) -> list:
+    """The paths (or URIs) of the durable segments of a capture directory, in order."""
+    return [e.path for e in segment_entries(directory, storage_options=storage_options,
+                                            filesystem=filesystem)]
 
 
 def read_segment(entry: SegmentEntry, columns=("lsn", "data", "ordinal"),
@@ -80,8 +95,7 @@ def read_segment(entry: SegmentEntry, columns=("lsn", "data", "ordinal"),
 
     path = entry.path
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = _store(entry).read_bytes(path)
     except FileNotFoundError:
         raise SegmentError(f"{path}: missing (the manifest lists it)") from None
     if entry.bytes is not None and len(raw) != entry.bytes:
@@ -116,12 +130,14 @@ def read_segment(entry: SegmentEntry, columns=("lsn", "data", "ordinal"),
     return table
 
 
-def iter_segments(directory, columns=("lsn", "data", "ordinal")):
+def iter_segments(directory, columns=("lsn", "data", "ordinal"), *, storage_options=None,
+                  filesystem=None):
     """Yield one ``pa.Table`` per durable segment, in order, each verified. Feed them,
     in this order, to one ``pgoutput_fast.Decoder`` (a streamed or prepared transaction
     can span segments)."""
     expect = 0
-    for entry in segment_entries(directory):
+    for entry in segment_entries(directory, storage_options=storage_options,
+                                 filesystem=filesystem):
         if entry.first_ordinal is not None and entry.first_ordinal != expect:
             raise SegmentError(f"{entry.path}: starts at ordinal {entry.first_ordinal}, "
                                f"expected {expect} (a segment is missing or out of order)")
@@ -130,9 +146,11 @@ def iter_segments(directory, columns=("lsn", "data", "ordinal")):
         yield table
 
 
-def read_segments(directory, columns=("lsn", "data", "ordinal")) -> pa.Table:
+def read_segments(directory, columns=("lsn", "data", "ordinal"), *, storage_options=None,
+                  filesystem=None) -> pa.Table:
     """All durable segments of a capture directory as one table, in order, verified."""
-    tables = list(iter_segments(directory, columns))
+    tables = list(iter_segments(directory, columns, storage_options=storage_options,
+                                filesystem=filesystem))
     if not tables:
         return SEGMENT_SCHEMA.empty_table().select(list(columns))
     return pa.concat_tables(tables)

@@ -160,12 +160,15 @@ def decode_checkpoint(raw: bytes, where: str) -> CaptureState:
         raise SegmentError(f"{where}: the checkpoint is not one this version reads ({exc})") from None
 
 
-def read_checkpoint(directory) -> CaptureState | None:
-    """The checkpoint of a capture directory, or None when it has none."""
-    path = os.path.join(directory, CHECKPOINT)
+def read_checkpoint(directory, store=None) -> CaptureState | None:
+    """The checkpoint of a capture directory, or None when it has none. ``store``: the
+    ``pgoutput_fast.storage.Store`` the directory is on (default: local)."""
+    from ..storage import LOCAL
+
+    store = store or LOCAL
+    path = store.join(directory, CHECKPOINT)
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = store.read_bytes(path)
     except FileNotFoundError:
         return None
     except IsADirectoryError:
@@ -198,19 +201,23 @@ def write_checkpoint(directory, state: CaptureState, mode: int = DEFAULT_FILE_MO
 class SegmentEntry:
     """One segment as the manifest lists it (picklable: Spark tasks get these)."""
 
-    __slots__ = ("seq", "path", "bytes", "sha256", "first_ordinal", "messages")
+    __slots__ = ("seq", "path", "bytes", "sha256", "first_ordinal", "messages", "store")
 
-    def __init__(self, seq, path, nbytes=None, sha256=None, first_ordinal=None, messages=None):
+    def __init__(self, seq, path, nbytes=None, sha256=None, first_ordinal=None, messages=None,
+                 store=None):
         self.seq = seq
-        self.path = path
+        self.path = path                      # a local path, or the URI of the object
         self.bytes = nbytes
         self.sha256 = sha256                  # None for a legacy (format 1) directory
         self.first_ordinal = first_ordinal
         self.messages = messages
+        self.store = store                    # pgoutput_fast.storage.Store; None: local
 
     def __reduce__(self):
+        # the store pickles with its storage options (a Spark task reopens the file
+        # system from them); repr() never shows them
         return (SegmentEntry, (self.seq, self.path, self.bytes, self.sha256,
-                               self.first_ordinal, self.messages))
+                               self.first_ordinal, self.messages, self.store))
 
     def __repr__(self):
         return (f"SegmentEntry(seq={self.seq}, path={self.path!r}, bytes={self.bytes}, "
@@ -230,13 +237,15 @@ def manifest_line(entry: dict, prev_chain: str) -> tuple[bytes, str]:
     return _canonical(line) + b"\n", chain
 
 
-def read_manifest(directory, state: CaptureState) -> tuple[list, bytes]:
+def read_manifest(directory, state: CaptureState, store=None) -> tuple[list, bytes]:
     """The entries the checkpoint vouches for (verified: line count, byte length, chain)
     and the raw bytes past them (the unconfirmed tail, normally empty)."""
-    path = os.path.join(directory, MANIFEST)
+    from ..storage import LOCAL
+
+    store = store or LOCAL
+    path = store.join(directory, MANIFEST)
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = store.read_bytes(path)
     except FileNotFoundError:
         if state.manifest_entries:
             raise SegmentError(f"{path}: missing, but the checkpoint lists "
@@ -266,8 +275,9 @@ def read_manifest(directory, state: CaptureState) -> tuple[list, bytes]:
         if d.get("seq") != i + 1 or d.get("file") != segment_name(i + 1):
             raise SegmentError(f"{path}: line {i + 1} names segment {d.get('file')!r}, "
                                f"expected {segment_name(i + 1)}")
-        entries.append(SegmentEntry(d["seq"], os.path.join(directory, d["file"]), d["bytes"],
-                                    d["sha256"], d["first_ordinal"], d["messages"]))
+        entries.append(SegmentEntry(d["seq"], store.join(directory, d["file"]), d["bytes"],
+                                    d["sha256"], d["first_ordinal"], d["messages"],
+                                    None if store.local else store))
     if state.manifest_entries and chain != state.manifest_chain:
         raise SegmentError(f"{path}: its hash chain does not match the checkpoint's")
     if len(entries) != state.last_segment:
@@ -276,15 +286,18 @@ def read_manifest(directory, state: CaptureState) -> tuple[list, bytes]:
     return entries, tail
 
 
-def legacy_entries(directory, state: CaptureState) -> list:
+def legacy_entries(directory, state: CaptureState, store=None) -> list:
     """The segments of a format 1 directory (no manifest: no digests to check)."""
+    from ..storage import LOCAL
+
+    store = store or LOCAL
     out = []
     for seq in range(1, state.last_segment + 1):
-        path = os.path.join(directory, segment_name(seq))
-        if not os.path.exists(path):
+        path = store.join(directory, segment_name(seq))
+        if not store.exists(path):
             raise SegmentError(f"{path}: missing (the checkpoint lists segments 1 to "
                                f"{state.last_segment})")
-        out.append(SegmentEntry(seq, path))
+        out.append(SegmentEntry(seq, path, store=None if store.local else store))
     return out
 
 

@@ -142,11 +142,15 @@ def _stream_detail_fn(entries):
     return detail
 
 
-def segment_groups(directory, *, include_open: bool = False, split: bool = True) -> list:
+def segment_groups(directory, *, include_open: bool = False, split: bool = True,
+                   storage_options=None, filesystem=None) -> list:
     """``[{"paths": [...], "entries": [...], "first": ordinal, "count": n, "closed": bool,
     "pieces": [...]}]``: consecutive segments such that no streamed or prepared
     transaction is open at a group's end. ``entries`` are the segments' verified
     manifest entries (``capture.SegmentEntry``): the tasks check each file against them.
+    ``directory`` may be a URI (``s3://...``) with ``storage_options`` or ``filesystem``
+    (``capture.segments``); its entries then carry what reopens the file system in a
+    task (pickled with the task's function, never in the DataFrame's metadata).
 
     ``pieces``: the units of work (one Spark task each). With ``split=True`` a closed
     group of several segments is cut into one piece per segment (``pgoutput_fast.split``:
@@ -160,7 +164,8 @@ def segment_groups(directory, *, include_open: bool = False, split: bool = True)
     groups: list[dict] = []
     grammar = Grammar()
     cur: dict | None = None
-    for entry in segment_entries(directory):
+    for entry in segment_entries(directory, storage_options=storage_options,
+                                 filesystem=filesystem):
         facts = _segment_facts(entry)
         if facts is None:
             continue
@@ -192,10 +197,10 @@ def segment_groups(directory, *, include_open: bool = False, split: bool = True)
     return groups
 
 
-def _capture_options(directory) -> dict:
+def _capture_options(directory, storage_options=None, filesystem=None) -> dict:
     from ..capture import load_state
 
-    state = load_state(directory)
+    state = load_state(directory, storage_options=storage_options, filesystem=filesystem)
     return dict(state.options or {}) if state is not None else {}
 
 
@@ -237,19 +242,31 @@ def _pieces(groups) -> list:
 
 
 def read_segments(spark, path, *, include_open: bool = False, groups: list | None = None,
-                  split: bool = True):
+                  split: bool = True, storage_options: dict | None = None, filesystem=None):
     """The captured messages of a segment directory: a DataFrame with ``lsn``, ``data``,
     ``ordinal`` and ``segment``, one partition per piece of work, in order: a segment
     group, or with ``split=True`` (the default) one segment of a group that spans
     several (``segment_groups``, ``pgoutput_fast.split``).
 
-    The ``data`` column's metadata holds the capture options (``binary``, ...) and the
-    pieces (first ordinal, count, and how ``decode`` rewrites a piece that holds part of
-    a transaction finished elsewhere): ``build_catalog`` and ``decode`` read them."""
+    ``path``: a local directory or a URI (``s3://bucket/cdc``, ``gs://``, ``abfss://``,
+    ``hdfs://``) with ``storage_options`` (delta-rs's keys, e.g. ``AWS_ENDPOINT_URL``)
+    or ``filesystem`` (a ``pyarrow.fs.FileSystem``): the executors read the segments
+    from there, each verified. The options travel with the tasks' function, not in the
+    DataFrame.
+
+    The ``data`` column's metadata holds the capture options (``binary``, ...), the
+    directory (local path or URI, never a credential) and the pieces (first ordinal,
+    count, and how ``decode`` rewrites a piece that holds part of a transaction finished
+    elsewhere): ``build_catalog`` and ``decode`` read them."""
+    from ..storage import Store
+
     if groups is None:
-        groups = segment_groups(path, include_open=include_open, split=split)
+        groups = segment_groups(path, include_open=include_open, split=split,
+                                storage_options=storage_options, filesystem=filesystem)
     pieces = _pieces(groups)
-    meta = {"options": _capture_options(path), "path": os.path.abspath(path),
+    store, where = Store.of(path, storage_options, filesystem)
+    meta = {"options": _capture_options(path, storage_options, filesystem),
+            "path": os.path.abspath(where) if store.local else where,
             "group_starts": [p["first"] for p in pieces],
             "group_counts": [p["count"] for p in pieces],
             # (Spark's field metadata holds no nested arrays: the plans as a JSON string)

@@ -6,6 +6,14 @@ the Delta table ``out/<schema.table>`` (``apply_changes``). It is idempotent: ru
 again on the same or a grown segment directory and only new changes are applied. A
 table that fails does not stop the others; the run then ends with ``ApplyError``, which
 names the tables committed (with their positions) and those not.
+
+``segments`` and ``out`` may each be a local directory or a URI (``s3://bucket/cdc``,
+``s3://bucket/tables``, ...). ``storage_options`` (delta-rs's keys: ``AWS_ENDPOINT_URL``,
+``AWS_ACCESS_KEY_ID``, ...) serve both: the segment reader (``pgoutput_fast.storage``)
+and the Delta tables, since both usually live in one account. When the segments live
+elsewhere, ``segments_storage_options`` (or ``segments_filesystem``, a
+``pyarrow.fs.FileSystem``) are used for them instead. Keys one side does not know are
+ignored by it.
 """
 
 from __future__ import annotations
@@ -24,15 +32,21 @@ are rewritten; each commit records its position, so re-running is safe).
 
 
 def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, events_rate=False,
-                 log=None, threads=4, storage_options=None, change_data_feed=False) -> dict:
-    """Decode + apply every table (or ``tables``). Returns timings and per-table results."""
+                 log=None, threads=4, storage_options=None, change_data_feed=False,
+                 segments_storage_options=None, segments_filesystem=None) -> dict:
+    """Decode + apply every table (or ``tables``). Returns timings and per-table results.
+    ``storage_options`` serve the segments and the tables, unless
+    ``segments_storage_options`` or ``segments_filesystem`` are given (module doc)."""
     from .apply import ApplyError, apply_changes
     from .decode import build_catalog, decode, read_segments, segment_groups, tables_of
 
     say = log or (lambda *a: None)
     t0 = time.perf_counter()
-    groups = segment_groups(segments)
-    df = read_segments(spark, segments, groups=groups).cache()
+    seg_opts = segments_storage_options if segments_storage_options is not None \
+        else storage_options
+    groups = segment_groups(segments, storage_options=seg_opts, filesystem=segments_filesystem)
+    df = read_segments(spark, segments, groups=groups, storage_options=seg_opts,
+                       filesystem=segments_filesystem).cache()
     n_messages = df.count()
     catalog = build_catalog(df)
     t_read = time.perf_counter() - t0
@@ -89,9 +103,16 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--segments", required=True, metavar="DIR", help="capture directory")
+    p.add_argument("--segments", required=True, metavar="DIR",
+                   help="capture directory, local or a URI (s3://bucket/cdc, gs://, abfss://, "
+                        "hdfs://)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="directory (or URI) of the Delta tables, one per table")
+    p.add_argument("--storage-option", action="append", metavar="KEY=VALUE", default=[],
+                   help="an object-store option for --segments and --out, as delta-rs takes "
+                        "it (AWS_ENDPOINT_URL=..., AWS_REGION=..., repeatable); the standard "
+                        "environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+                        "AWS_ENDPOINT_URL, AWS_REGION, AWS_ALLOW_HTTP) are read too")
     p.add_argument("--change-data-feed", action="store_true",
                    help="create the tables with Delta's change data feed on")
     p.add_argument("--master", default="local[*]",
@@ -106,10 +127,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from ..capture import segment_entries
+    from ..storage import parse_storage_options
     from .decode import get_spark
 
-    # a missing, empty or damaged capture directory: one line, before Spark starts
-    if not list(segment_entries(args.segments)):
+    options = parse_storage_options(getattr(args, "storage_option", None))
+    # a missing, empty or damaged capture directory, an unreachable bucket: one line,
+    # before Spark starts
+    if not list(segment_entries(args.segments, storage_options=options)):
         from ..capture.errors import SegmentError
 
         raise SegmentError(f"{args.segments}: the capture directory holds no segment yet: "
@@ -130,7 +154,7 @@ def run(args) -> int:
     try:
         res = run_pipeline(spark, args.segments, args.out, tables=args.table,
                            log=lambda m: print(m, flush=True),
-                           change_data_feed=args.change_data_feed)
+                           change_data_feed=args.change_data_feed, storage_options=options)
     finally:
         spark.stop()
     secs = max(res["apply_seconds"], 1e-9)

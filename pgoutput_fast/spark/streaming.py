@@ -48,8 +48,11 @@ def _save(out, state):
     os.replace(tmp, os.path.join(out, STATE_FILE))
 
 
-def process_new_segments(spark, segments, out, *, column_defaults=None) -> dict:
-    """Decode and apply the closed segment groups not done yet (one micro-batch)."""
+def process_new_segments(spark, segments, out, *, column_defaults=None, storage_options=None,
+                         filesystem=None) -> dict:
+    """Decode and apply the closed segment groups not done yet (one micro-batch).
+    ``segments`` may be a URI (``s3://...``) read with ``storage_options`` or
+    ``filesystem`` (``read_segments``); ``out`` (the state file) is a local directory."""
     from .apply import ApplyError, apply_changes
     from .decode import SegmentCatalog, build_catalog, decode, read_segments, segment_groups, tables_of
 
@@ -59,10 +62,13 @@ def process_new_segments(spark, segments, out, *, column_defaults=None) -> dict:
     def segno(p):
         return int(os.path.basename(p).split(".")[0])
 
-    groups = [g for g in segment_groups(segments) if segno(g["paths"][0]) > last]
+    groups = [g for g in segment_groups(segments, storage_options=storage_options,
+                                        filesystem=filesystem)
+              if segno(g["paths"][0]) > last]
     if not groups:
         return {"groups": 0, "changes": 0}
-    df = read_segments(spark, segments, groups=groups)
+    df = read_segments(spark, segments, groups=groups, storage_options=storage_options,
+                       filesystem=filesystem)
     new = build_catalog(df)
     old = SegmentCatalog.from_dict(state["catalog"]) if state["catalog"] else SegmentCatalog()
     rows = [(o, lsn, data) for o, lsn, data in old.control + new.control]

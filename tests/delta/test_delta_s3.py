@@ -3,10 +3,6 @@ process) takes the same batches as a local directory, through delta-rs's
 ``storage_options``; both end with the same rows, and a replay commits nothing."""
 
 import os
-import socket
-import subprocess
-import sys
-import time
 
 import pytest
 
@@ -15,39 +11,7 @@ from pgoutput_fast.delta import apply_changeset, read_table
 from pgoutput_fast.delta.reduce import _plain_type
 from pgoutput_fast.framing import read_capture
 from tests.support.captures import FIXTURES
-
-
-@pytest.fixture(scope="module")
-def s3():
-    boto3 = pytest.importorskip("boto3", reason="moto[server] is in the test extra")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    # its own process: delta-rs holds the GIL while it waits on the server
-    srv = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        client = boto3.client("s3", endpoint_url=url, aws_access_key_id="test",
-                              aws_secret_access_key="test", region_name="us-east-1")
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                client.create_bucket(Bucket="lake")
-                break
-            except Exception:
-                if time.monotonic() > deadline or srv.poll() is not None:
-                    raise
-                time.sleep(0.2)
-        yield {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "test",
-               "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1",
-               "AWS_ALLOW_HTTP": "true",
-               # moto has no conditional put; a real bucket uses delta-rs's
-               # AWS_CONDITIONAL_PUT=etag (or a DynamoDB lock) instead
-               "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
-    finally:
-        srv.terminate()
-        srv.wait(10)
+from tests.support.s3 import s3  # noqa: F401  (the moto server's fixture)
 
 
 @pytest.mark.parametrize("name", ["v1_text.pgoc", "v2_stream_binary.pgoc"])
