@@ -178,16 +178,28 @@ def test_decode_stream_pieces(benchmark, stream_world):
 def test_apply(benchmark, world):
     from pgoutput_fast import spark as pgs
 
+    import pyarrow as pa
+
+    seen = {}
+
     def once():
         target = tempfile.mkdtemp(prefix="pgoutput_fast_bench_snap_")
         try:
             r = pgs.apply_changes(pgs.decode(world["df"], world["catalog"], table=TABLE), target)
             assert r["changes"] == world["rows"]
+            seen.update(r)
         finally:
             shutil.rmtree(target, ignore_errors=True)
 
     _run(benchmark, once, rounds=2)
     record(benchmark, "spark/apply", messages=world["messages"], rows=world["rows"])
+    # how the reduced batch reaches the Delta commit: one Arrow table on the driver
+    benchmark.extra_info["reduced rows"] = seen.get("reduced_rows")
+    benchmark.extra_info["reduced MB"] = round(seen.get("reduced_bytes", 0) / 1e6, 1)
+    benchmark.extra_info["driver Arrow peak MB"] = round(pa.default_memory_pool().max_memory() / 1e6, 1)
+    print(f"spark/apply: {world['rows']:,} changes reduced to {seen.get('reduced_rows'):,} rows, "
+          f"{seen.get('reduced_bytes', 0) / 1e6:.1f} MB on the driver; the driver's Arrow pool "
+          f"peaked at {pa.default_memory_pool().max_memory() / 1e6:.1f} MB")
 
 
 def test_apply_events(benchmark, world):

@@ -283,5 +283,43 @@ class Store:
             raise self._error(path, exc) from None
 
 
+    # -- writing (small files: a state file) ----------------------------------------------
+    def write_bytes(self, path: str, data: bytes, *, file_mode: int = 0o644) -> None:
+        """Replace the file at ``path`` with ``data`` atomically: locally a temporary file,
+        fsync and rename (then the directory fsynced); on an object store one PUT (an
+        object is replaced whole: a reader sees the old or the new one)."""
+        if self.local:
+            import tempfile
+
+            d = os.path.dirname(os.path.abspath(path))
+            os.makedirs(d, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=d)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.chmod(tmp, file_mode)
+                os.replace(tmp, path)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
+                raise
+            dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+            return
+        fs, p = self._resolve(path)
+        try:
+            with fs.open_output_stream(p) as f:
+                f.write(data)
+        except OSError as exc:
+            raise StorageError(f"{path}: cannot write it: {self._scrub(exc)}") from None
+
+
 #: The local file system (os).
 LOCAL = Store()

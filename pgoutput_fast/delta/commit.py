@@ -535,7 +535,11 @@ def commit_batch(dt, uri: str, table: str, *, mode: str, keys: list, columns: li
 
     result = BatchResult(table=table, uri=uri, changes=changes, applied=list(position),
                          skipped=False, missing=0, inserted=0, updated=0, deleted=0,
-                         files_added=0, files_removed=0)
+                         files_added=0, files_removed=0,
+                         # the reduced batch as it reached this commit (one Arrow table on
+                         # the committing process: its memory is what a batch costs here)
+                         reduced_rows=final.num_rows,
+                         reduced_bytes=final.nbytes + (carries.nbytes if carries is not None else 0))
     props = _commit_properties(table, position, {"pgoutput_fast.changes": str(changes),
                                                  COLUMNS_KEY: json.dumps(list(columns))})
     extra = ["_row_hash", "_dup"] if mode == "full" else []

@@ -11,7 +11,9 @@ only says *that* new segments arrived, and its checkpoint makes Spark remember w
 groups already done, gives the closed groups. Those are read in order, the catalog is
 extended with their Relation/Type messages, and every table is decoded and applied.
 The progress (the last segment done and the catalog) is kept in
-``OUT/_stream_state.json``, replaced atomically after the tables' commits.
+``OUT/_stream_state.json``, replaced atomically after the tables' commits (locally a
+rename; on an object store one PUT of the whole object). ``segments`` and ``OUT`` may be
+object-store URIs (``storage_options``, as ``run_pipeline``).
 
 Exactly once: a batch that crashes after some tables committed but before the state
 file was replaced is run again, and each Delta table's recorded position skips what it
@@ -23,51 +25,53 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
 __all__ = ["start_stream", "process_new_segments", "STATE_FILE"]
 
 STATE_FILE = "_stream_state.json"
 
 
-def _load(out):
-    p = os.path.join(out, STATE_FILE)
-    if not os.path.exists(p):
+def _load(out, storage_options=None):
+    from ..storage import Store
+
+    store, where = Store.of(out, storage_options)
+    path = store.join(where if not store.local else os.fspath(out), STATE_FILE)
+    try:
+        return json.loads(store.read_bytes(path))
+    except FileNotFoundError:
         return {"last_segment": 0, "catalog": None}
-    with open(p) as f:
-        return json.load(f)
 
 
-def _save(out, state):
-    os.makedirs(out, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".stream_state.", dir=out)
-    with os.fdopen(fd, "w") as f:
-        json.dump(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(out, STATE_FILE))
+def _save(out, state, storage_options=None):
+    from ..storage import Store
+
+    store, where = Store.of(out, storage_options)
+    path = store.join(where if not store.local else os.fspath(out), STATE_FILE)
+    store.write_bytes(path, json.dumps(state).encode())
 
 
 def process_new_segments(spark, segments, out, *, column_defaults=None, storage_options=None,
-                         filesystem=None) -> dict:
+                         filesystem=None, segments_storage_options=None) -> dict:
     """Decode and apply the closed segment groups not done yet (one micro-batch).
-    ``segments`` may be a URI (``s3://...``) read with ``storage_options`` or
-    ``filesystem`` (``read_segments``); ``out`` (the state file) is a local directory."""
+    ``segments`` and ``out`` may be URIs (``s3://...``): one ``storage_options`` (delta-rs's
+    keys) serves both, as in ``run_pipeline``; ``segments_storage_options`` or
+    ``filesystem`` replace it for the segments. The state file lives in ``out``."""
+    seg_opts = segments_storage_options if segments_storage_options is not None else storage_options
     from .apply import ApplyError, apply_changes
     from .decode import SegmentCatalog, build_catalog, decode, read_segments, segment_groups, tables_of
 
-    state = _load(out)
+    state = _load(out, storage_options)
     last = int(state["last_segment"])
 
     def segno(p):
         return int(os.path.basename(p).split(".")[0])
 
-    groups = [g for g in segment_groups(segments, storage_options=storage_options,
+    groups = [g for g in segment_groups(segments, storage_options=seg_opts,
                                         filesystem=filesystem)
               if segno(g["paths"][0]) > last]
     if not groups:
         return {"groups": 0, "changes": 0}
-    df = read_segments(spark, segments, groups=groups, storage_options=storage_options,
+    df = read_segments(spark, segments, groups=groups, storage_options=seg_opts,
                        filesystem=filesystem)
     new = build_catalog(df)
     old = SegmentCatalog.from_dict(state["catalog"]) if state["catalog"] else SegmentCatalog()
@@ -78,7 +82,8 @@ def process_new_segments(spark, segments, out, *, column_defaults=None, storage_
     for name in tables_of(catalog):
         try:
             r = apply_changes(decode(df, catalog, table=name), out,
-                              column_defaults=(column_defaults or {}).get(name))
+                              column_defaults=(column_defaults or {}).get(name),
+                              storage_options=storage_options)
         except Exception as exc:  # the others still apply; the batch then fails as a whole
             errors[name] = exc
             continue
@@ -86,13 +91,19 @@ def process_new_segments(spark, segments, out, *, column_defaults=None, storage_
         changes += r["changes"]
     if errors:
         raise ApplyError(results, errors) from next(iter(errors.values()))
-    _save(out, {"last_segment": segno(groups[-1]["paths"][-1]), "catalog": catalog.to_dict()})
+    _save(out, {"last_segment": segno(groups[-1]["paths"][-1]), "catalog": catalog.to_dict()},
+          storage_options)
     return {"groups": len(groups), "changes": changes}
 
 
 def start_stream(spark, segments, out, *, checkpoint, trigger_seconds=None, available_now=False,
-                 column_defaults=None):
-    """Start the streaming query (returns the ``StreamingQuery``)."""
+                 column_defaults=None, storage_options=None, segments_storage_options=None):
+    """Start the streaming query (returns the ``StreamingQuery``).
+
+    The trigger is Spark's file source over ``segments``: on an object store Spark must
+    reach it itself (``s3a://`` with the cluster's Hadoop S3 connector, as on EMR or
+    Databricks); each micro-batch then reads the segments and writes the tables through
+    pyarrow and delta-rs with ``storage_options`` (``process_new_segments``)."""
     from ..capture.segments import SEGMENT_SCHEMA
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -100,7 +111,9 @@ def start_stream(spark, segments, out, *, checkpoint, trigger_seconds=None, avai
            .option("pathGlobFilter", "*.parquet").parquet(segments))
 
     def batch(_df, _batch_id):
-        process_new_segments(spark, segments, out, column_defaults=column_defaults)
+        process_new_segments(spark, segments, out, column_defaults=column_defaults,
+                             storage_options=storage_options,
+                             segments_storage_options=segments_storage_options)
 
     w = src.writeStream.foreachBatch(batch).option("checkpointLocation", checkpoint)
     if available_now:

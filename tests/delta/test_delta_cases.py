@@ -124,8 +124,10 @@ def test_toast_key_changes_full_duplicates_truncate_widening(db, tmp_path):
         db.sql(f"INSERT INTO {s}.k VALUES (%s, %s, %s)", (i, _big(i), i))
     db.sql(f"INSERT INTO {s}.f VALUES (1, 'x'), (1, 'x'), (1, 'x'), (2, 'y'), (2, 'y')")
     db.sql(f"INSERT INTO {s}.n VALUES (1, 'one'), (1, 'one')")
-    _apply(db, target, db.changes())
+    first = _apply(db, target, db.changes())
     _check(target, db)
+    # the reduced batch that reached the commit: one row per key touched
+    assert first[f"{s}.k"]["reduced_rows"] == 5 and first[f"{s}.k"]["reduced_bytes"] > 0
 
     # phase 2: unchanged TOAST everywhere; the rows of phase 1 are read back from Delta
     db.sql(f"UPDATE {s}.k SET id = 101, small = 10 WHERE id = 1")     # key change, from the table

@@ -94,3 +94,29 @@ def test_cli_unreachable_bucket_is_one_line(tmp_path):
     assert out.returncode == 1, out.stderr[-3000:]
     assert out.stderr.startswith("pgoutput-fast pipeline: s3://lake/cdc: cannot read it:"), out.stderr
     assert out.stderr.count("\n") == 1 and "s3cr3t" not in out.stderr, out.stderr
+
+
+def test_stream_batch_on_s3_equals_pipeline(spark, s3, seg, tmp_path):  # noqa: F811
+    """``process_new_segments`` (start_stream's micro-batch) with the segments, the
+    tables and the state file on S3: the tables of the local pipeline; a second batch
+    finds nothing new and commits nothing."""
+    import json
+
+    import pyarrow.fs as pafs
+
+    from pgoutput_fast.spark.streaming import STATE_FILE, process_new_segments
+    from pgoutput_fast.storage import Store
+
+    local, uri = seg
+    out_l, out_s = str(tmp_path / "tables"), f"s3://lake/{tmp_path.name}/stream"
+    res_l = run_pipeline(spark, local, out_l)
+    first = process_new_segments(spark, uri, out_s, storage_options=s3)
+    assert first["changes"] == res_l["changes"] > 0 and first["groups"] >= 1
+    store, _ = Store.of(out_s, s3)
+    state = json.loads(store.read_bytes(out_s + "/" + STATE_FILE))
+    assert state["last_segment"] == capture.segment_entries(local)[-1].seq
+    assert not os.path.exists(os.path.join(ROOT, STATE_FILE))
+    for table in res_l["tables"]:
+        assert _sorted(read_table(out_s, table, s3)).equals(_sorted(read_table(out_l, table))), table
+    assert process_new_segments(spark, uri, out_s, storage_options=s3) == {"groups": 0, "changes": 0}
+    assert isinstance(store.fs, pafs.S3FileSystem)
