@@ -46,7 +46,8 @@ import pyarrow as pa
 
 from . import protocol as P
 
-__all__ = ["PieceFacts", "PiecePlan", "piece_facts", "plan_pieces", "stream_detail"]
+__all__ = ["PieceFacts", "PiecePlan", "piece_facts", "merge_facts", "plan_pieces",
+           "stream_detail"]
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -162,6 +163,17 @@ def piece_facts(data: pa.Array, lsn, ordinals) -> PieceFacts:
         rows = {int(x): int(s) for x, s in zip(tops, sums)}
     first = int(ords[0]) if len(ords) else 0
     return PieceFacts(first, len(ords), control, rows, origins)
+
+
+def merge_facts(facts: list) -> PieceFacts:
+    """The ``PieceFacts`` of consecutive pieces taken as one."""
+    rows: dict = {}
+    for f in facts:
+        for x, n in f.stream_rows.items():
+            rows[x] = rows.get(x, 0) + n
+    return PieceFacts(facts[0].first, sum(f.count for f in facts),
+                      [c for f in facts for c in f.control], rows,
+                      [o for f in facts for o in f.origins])
 
 
 def stream_detail(data: pa.Array, ordinals, xid: int):

@@ -132,18 +132,34 @@ def _segment_facts(entry):
                        t.column("ordinal").to_numpy())
 
 
-def _stream_detail_fn(entries):
+def _stream_detail_fn(pieces):
+    """``detail(k, xid)`` for ``plan_pieces``: ``pieces[k]`` is a list of entries."""
     def detail(k, xid):
         from ..capture import read_segment
         from ..split import stream_detail
 
-        t = read_segment(entries[k], columns=("data", "ordinal"))
-        return stream_detail(t.column("data"), t.column("ordinal").to_numpy(), xid)
+        parts = []
+        for entry in pieces[k]:
+            t = read_segment(entry, columns=("data", "ordinal"))
+            parts.append(stream_detail(t.column("data"), t.column("ordinal").to_numpy(), xid))
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))
     return detail
 
 
+def _spans(counts, n) -> list:
+    """``n`` runs of consecutive segments with about equal message counts:
+    ``[(first segment, end)]``."""
+    ends = np.cumsum(counts)
+    cuts = sorted({int(np.searchsorted(ends, ends[-1] * k / n, side="left")) + 1
+                   for k in range(1, n)})
+    cuts = [c for c in cuts if 0 < c < len(counts)]
+    bounds = [0] + cuts + [len(counts)]
+    return list(zip(bounds, bounds[1:]))
+
+
 def segment_groups(directory, *, include_open: bool = False, split: bool = True,
-                   storage_options=None, filesystem=None) -> list:
+                   max_pieces: int | None = None, storage_options=None,
+                   filesystem=None) -> list:
     """``[{"paths": [...], "entries": [...], "first": ordinal, "count": n, "closed": bool,
     "pieces": [...]}]``: consecutive segments such that no streamed or prepared
     transaction is open at a group's end. ``entries`` are the segments' verified
@@ -153,13 +169,14 @@ def segment_groups(directory, *, include_open: bool = False, split: bool = True,
     task (pickled with the task's function, never in the DataFrame's metadata).
 
     ``pieces``: the units of work (one Spark task each). With ``split=True`` a closed
-    group of several segments is cut into one piece per segment (``pgoutput_fast.split``:
-    each piece gets the outcome of the transactions it holds part of); otherwise, and
-    for an open group, the group is one piece. Each piece: ``{"entries", "first",
+    group of several segments is cut into pieces of whole segments (``pgoutput_fast.split``:
+    each piece gets the outcome of the transactions it holds part of): one per segment,
+    or ``max_pieces`` of about equal message counts; otherwise, and for an open group,
+    the group is one piece. Each piece: ``{"entries", "first",
     "count", "plan"}`` (``plan``: ``split.PiecePlan.to_dict()``, or None)."""
     from ..capture import segment_entries
     from ..protocol import Grammar
-    from ..split import plan_pieces
+    from ..split import merge_facts, plan_pieces
 
     groups: list[dict] = []
     grammar = Grammar()
@@ -186,11 +203,15 @@ def segment_groups(directory, *, include_open: bool = False, split: bool = True,
         groups.append(cur)
     for g in groups:
         facts = g.pop("facts")
-        if split and g["closed"] and len(facts) > 1:
-            plans = plan_pieces(facts, _stream_detail_fn(g["entries"]))
-            g["pieces"] = [{"entries": [e], "first": f.first, "count": f.count,
+        n = len(facts) if max_pieces is None else min(len(facts), max(1, int(max_pieces)))
+        if split and g["closed"] and n > 1:
+            spans = _spans([f.count for f in facts], n)
+            entries = [g["entries"][a:b] for a, b in spans]
+            merged = [merge_facts(facts[a:b]) for a, b in spans]
+            plans = plan_pieces(merged, _stream_detail_fn(entries))
+            g["pieces"] = [{"entries": e, "first": f.first, "count": f.count,
                             "plan": None if p.empty and not p.seq_offsets else p.to_dict()}
-                           for e, f, p in zip(g["entries"], facts, plans)]
+                           for e, f, p in zip(entries, merged, plans)]
         else:
             g["pieces"] = [{"entries": list(g["entries"]), "first": g["first"],
                             "count": g["count"], "plan": None}]
@@ -233,8 +254,18 @@ def _read_pieces_fn(pieces, batch_rows=10_000):
     return read
 
 
+def task_slots(spark):
+    """The session's task slots (``spark.default.parallelism``: the cores of a local
+    master or of the cluster's executors), or None (one piece per segment) where the
+    session does not say (Spark Connect)."""
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:       # a Connect session has no SparkContext
+        return None
+
+
 def _pieces(groups) -> list:
-    out = []
+    out: list[dict] = []
     for g in groups:
         out.extend(g.get("pieces") or [{"entries": list(g["entries"]), "first": g["first"],
                                          "count": g["count"], "plan": None}])
@@ -242,11 +273,15 @@ def _pieces(groups) -> list:
 
 
 def read_segments(spark, path, *, include_open: bool = False, groups: list | None = None,
-                  split: bool = True, storage_options: dict | None = None, filesystem=None):
+                  split: bool = True, max_pieces: int | str | None = "auto",
+                  storage_options: dict | None = None, filesystem=None):
     """The captured messages of a segment directory: a DataFrame with ``lsn``, ``data``,
     ``ordinal`` and ``segment``, one partition per piece of work, in order: a segment
-    group, or with ``split=True`` (the default) one segment of a group that spans
-    several (``segment_groups``, ``pgoutput_fast.split``).
+    group, or with ``split=True`` (the default) a run of whole segments of a group that
+    spans several (``segment_groups``, ``pgoutput_fast.split``): at most ``max_pieces``
+    per group, by default the session's task slots (``defaultParallelism``; one piece
+    per segment where the session does not say). Each task costs Spark tens of
+    milliseconds, so more pieces than slots only add that.
 
     ``path``: a local directory or a URI (``s3://bucket/cdc``, ``gs://``, ``abfss://``,
     ``hdfs://``) with ``storage_options`` (delta-rs's keys, e.g. ``AWS_ENDPOINT_URL``)
@@ -260,8 +295,10 @@ def read_segments(spark, path, *, include_open: bool = False, groups: list | Non
     elsewhere): ``build_catalog`` and ``decode`` read them."""
     from ..storage import Store
 
+    slots = task_slots(spark) if max_pieces == "auto" else max_pieces
     if groups is None:
         groups = segment_groups(path, include_open=include_open, split=split,
+                                max_pieces=int(slots) if slots is not None else None,
                                 storage_options=storage_options, filesystem=filesystem)
     pieces = _pieces(groups)
     store, where = Store.of(path, storage_options, filesystem)

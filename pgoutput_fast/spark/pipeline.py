@@ -38,13 +38,15 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
     ``storage_options`` serve the segments and the tables, unless
     ``segments_storage_options`` or ``segments_filesystem`` are given (module doc)."""
     from .apply import ApplyError, apply_changes
-    from .decode import build_catalog, decode, read_segments, segment_groups, tables_of
+    from .decode import (task_slots, build_catalog, decode, read_segments,
+                         segment_groups, tables_of)
 
     say = log or (lambda *a: None)
     t0 = time.perf_counter()
     seg_opts = segments_storage_options if segments_storage_options is not None \
         else storage_options
-    groups = segment_groups(segments, storage_options=seg_opts, filesystem=segments_filesystem)
+    groups = segment_groups(segments, storage_options=seg_opts, filesystem=segments_filesystem,
+                            max_pieces=task_slots(spark))
     df = read_segments(spark, segments, groups=groups, storage_options=seg_opts,
                        filesystem=segments_filesystem).cache()
     n_messages = df.count()

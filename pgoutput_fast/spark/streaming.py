@@ -58,7 +58,8 @@ def process_new_segments(spark, segments, out, *, column_defaults=None, storage_
     ``filesystem`` replace it for the segments. The state file lives in ``out``."""
     seg_opts = segments_storage_options if segments_storage_options is not None else storage_options
     from .apply import ApplyError, apply_changes
-    from .decode import SegmentCatalog, build_catalog, decode, read_segments, segment_groups, tables_of
+    from .decode import (SegmentCatalog, task_slots, build_catalog, decode,
+                         read_segments, segment_groups, tables_of)
 
     state = _load(out, storage_options)
     last = int(state["last_segment"])
@@ -67,6 +68,7 @@ def process_new_segments(spark, segments, out, *, column_defaults=None, storage_
         return int(os.path.basename(p).split(".")[0])
 
     groups = [g for g in segment_groups(segments, storage_options=seg_opts,
+                                        max_pieces=task_slots(spark),
                                         filesystem=filesystem)
               if segno(g["paths"][0]) > last]
     if not groups:

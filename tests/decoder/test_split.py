@@ -18,7 +18,7 @@ from pgoutput_fast.messages import (Insert, Origin, Relation, RelationColumn, St
                                     StreamCommit, StreamStart, StreamStop, Value, Begin, Commit,
                                     Delete)
 from pgoutput_fast.parallel import _catalogs_at, _concat_tables
-from pgoutput_fast.split import piece_facts, plan_pieces, stream_detail
+from pgoutput_fast.split import merge_facts, piece_facts, plan_pieces, stream_detail
 from tests.support.captures import FIXTURE_NAMES, load_fixture
 
 
@@ -220,3 +220,19 @@ def test_synthetic_streams_cut_anywhere(stream, data):
     pos = _boundaries(msgs)
     cuts = sorted(data.draw(st.sets(st.sampled_from(pos), max_size=len(pos))) if pos else [])
     assert_same(decode_in_pieces(msgs, lsns, cuts), want, f"cuts {cuts}")
+
+
+@pytest.mark.parametrize("name", [n for n in FIXTURE_NAMES if n.startswith(("v2", "v3"))])
+def test_merged_facts_are_the_facts_of_the_run(name):
+    """The facts of consecutive pieces merged (a task reading a run of segments) are
+    those of the run read as one piece."""
+    lsns, msgs = load_fixture(name)
+    arr, lsn = pa.array(msgs, pa.binary()), pa.array(lsns, pa.int64())
+    cuts = _boundaries(msgs)[::5]
+    bounds = [0] + cuts + [len(msgs)]
+    parts = [piece_facts(arr.slice(a, b - a), lsn.slice(a, b - a).to_numpy(), range(a, b))
+             for a, b in zip(bounds, bounds[1:])]
+    for i in range(0, len(parts) - 2, 3):
+        a, b = bounds[i], bounds[i + 3]
+        whole = piece_facts(arr.slice(a, b - a), lsn.slice(a, b - a).to_numpy(), range(a, b))
+        assert merge_facts(parts[i:i + 3]) == whole

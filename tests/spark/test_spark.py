@@ -468,9 +468,9 @@ def test_spark_connect_decode_equals_postgres(world, tmp_path):
 @pytest.mark.postgres
 @pytest.mark.parametrize("binary", MODES)
 def test_split_groups_decode_as_one_decoder(world, spark, binary):
-    """Groups spanning segments are decoded one segment per task (``pgoutput_fast.split``):
-    the change events equal one sequential Decoder's over all segments, seq included,
-    and equal the unsplit read's."""
+    """Groups spanning segments are decoded one segment per task, or in two runs of
+    segments (``pgoutput_fast.split``): the change events equal one sequential Decoder's
+    over all segments, seq included, and equal the unsplit read's."""
     import pgoutput_fast
     from pgoutput_fast import spark as pgs
 
@@ -487,8 +487,9 @@ def test_split_groups_decode_as_one_decoder(world, spark, binary):
                           [str(x) for x in t.column("after").to_pylist()],
                           [str(x) for x in t.column("before").to_pylist()]))
 
-    got = rows(pgs.read_segments(spark, d))
+    got = rows(pgs.read_segments(spark, d, max_pieces=None))       # one task per segment
     whole = rows(pgs.read_segments(spark, d, split=False))
+    assert rows(pgs.read_segments(spark, d, max_pieces=2)) == whole  # runs of segments
     dec = pgoutput_fast.Decoder(binary_unknown=binary, tables=False)
     ev = dec.feed(capture.read_segments(d).column("data"), capture.read_segments(d).column("lsn")).events
     want_keys = sorted(zip(*[ev.column(c).to_pylist() for c in cols[:5]]))
