@@ -9,7 +9,11 @@ On the same data, in the same run, with one SparkSession ``local[2]``:
   reading the segments and moving the raw messages through a Python worker;
 * ``spark/decode-events``: ``decode(df, catalog)`` (the change-event table);
 * ``spark/decode-typed``: ``decode(df, catalog, table=...)``;
-* ``spark/apply``: ``apply_changes`` of the typed changes into a fresh snapshot;
+* ``spark/decode-stream-one-task`` / ``spark/decode-stream-pieces``: the same changes as
+  ONE streamed transaction spanning every segment, read as one task (``split=False``)
+  and in pieces (``pgoutput_fast.split``, as many as the session's task slots);
+* ``spark/apply``: ``apply_changes`` of the typed changes into a fresh snapshot (prints
+  the reduced batch that reached the commit and the driver's Arrow peak);
 * ``spark/apply-events``: ``apply_changes`` of the change events (``catalog=``).
 
 Every DataFrame is consumed with ``write.format("noop")``. The issue's bar: both decodes
