@@ -110,7 +110,7 @@ def assert_same(got, want, what):
 
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
-@pytest.mark.parametrize("every", [1, 2, 7, 50])
+@pytest.mark.parametrize("every", [1, 3, 50])
 def test_fixture_cut_everywhere(name, every):
     """Real captures cut at every ``every``-th position where a segment may end: the
     union of the pieces' rows is one Decoder's."""
@@ -211,7 +211,7 @@ def streams(draw):
     return out
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(streams(), st.data())
 def test_synthetic_streams_cut_anywhere(stream, data):
     lsns = [lsn for lsn, _ in stream]
