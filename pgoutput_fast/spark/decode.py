@@ -9,20 +9,20 @@ transaction (``S…E`` blocks until ``c``/``A``) or a prepared one (``b…P`` un
 segments on the driver (the message-type bytes only, vectorized; the few
 stream/prepare messages are parsed) and groups consecutive segments into **segment
 groups**: a group ends after a segment at whose end no streamed or prepared
-transaction is open. A closed group of several segments is cut into one **piece** per
-segment (``pgoutput_fast.split``: each piece gets a copy of the outcome of the
-transactions it holds part of, subtransaction aborts are applied on the driver, seq is
-shifted), so a long transaction does not make one task. Each piece is one Spark
+transaction is open. A closed group of several segments is cut into **pieces**, runs of
+whole segments, as many as the session's task slots (``pgoutput_fast.split``: each piece
+gets a copy of the outcome of the transactions it holds part of, subtransaction aborts
+are applied on the driver, seq is shifted), so a long transaction does not make one task. Each piece is one Spark
 partition (``spark.range(n, numPartitions=n)`` + a reading ``mapInArrow``), read in
 order. A trailing group that is still open (a transaction not finished when capture
 stopped) is left out (``include_open=True`` keeps it, as one piece; its unfinished
 work is then simply not emitted) and is read again once it closes.
 
-Each task starts a ``Decoder`` from the catalog as of the first message of its group
+Each task starts a ``Decoder`` from the catalog as of the first message of its piece
 (``SegmentCatalog.as_of(ordinal)``: the Relation/Type messages before it, collected
 by ``build_catalog``), which is exactly the state a single sequential decoder has
 there: the same relation versions. The task checks that its input
-is one piece in order (ordinals contiguous from the group's start); a DataFrame that was
+is one piece in order (ordinals contiguous from the piece's start); a DataFrame that was
 repartitioned or filtered before ``decode`` fails loudly instead of decoding wrongly.
 
 Typed tables and schema changes
