@@ -87,10 +87,15 @@ def _as_array(messages):
                                  [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raw))])
 
 
-def _layout(arr):
-    """(start offsets of each message, its length, the data buffer as uint8)."""
+def message_layout(arr):
+    """(start offsets of each message, its length, the data buffer as uint8) of a binary
+    or large binary array (or a chunked one, combined)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
     width = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
     n = len(arr)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8)
     offs = np.frombuffer(arr.buffers()[1], width)[arr.offset:arr.offset + n + 1].astype(np.int64)
     data = arr.buffers()[2]
     data = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
@@ -105,7 +110,7 @@ def plan_cuts(messages, pieces: int) -> list:
     n = len(arr)
     if pieces <= 1 or n < 2:
         return []
-    starts, lens, data = _layout(arr)
+    starts, lens, data = message_layout(arr)
     types = np.zeros(n, np.uint8)
     nonempty = lens > 0
     types[nonempty] = data[starts[nonempty]]
@@ -146,7 +151,7 @@ def plan_cuts(messages, pieces: int) -> list:
 def _catalogs_at(arr, lsns, cuts, catalog, decode_message):
     """The catalog at each piece's start, and the relation versions in the order one
     Decoder creates their builders."""
-    starts, lens, data = _layout(arr)
+    starts, lens, data = message_layout(arr)
     n = len(arr)
     types = np.zeros(n, np.uint8)
     nonempty = lens > 0

@@ -45,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import protocol as P
+from .parallel import message_layout
 
 __all__ = ["PieceFacts", "PiecePlan", "piece_facts", "merge_facts", "plan_pieces",
            "stream_detail"]
@@ -62,20 +63,6 @@ for _t in (P.INSERT, P.UPDATE, P.DELETE):
 _NOTED = np.zeros(256, bool)          # messages whose xid marks a subtransaction's place
 for _t in (P.INSERT, P.UPDATE, P.DELETE, P.TRUNCATE, P.RELATION, P.TYPE, P.MESSAGE):
     _NOTED[_t] = True
-
-
-def _layout(arr: pa.Array):
-    """(start offset of each message, its length, the data buffer as uint8)."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    width = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
-    n = len(arr)
-    if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint8)
-    offs = np.frombuffer(arr.buffers()[1], width)[arr.offset:arr.offset + n + 1].astype(np.int64)
-    buf = arr.buffers()[2]
-    data = np.frombuffer(buf, np.uint8) if buf is not None else np.zeros(0, np.uint8)
-    return offs[:-1], np.diff(offs), data
 
 
 def _u32_at(data, starts, lens, pos):
@@ -101,7 +88,7 @@ class _Messages:
     whose), the xid a framed message carries, whether it is spooled, its rows."""
 
     def __init__(self, data: pa.Array):
-        starts, lens, buf = _layout(data)
+        starts, lens, buf = message_layout(data)
         n = len(starts)
         self.n = n
         types = np.zeros(n, np.uint8)

@@ -94,20 +94,19 @@ def _missing_last(fs, prefix):
     fs.delete_file(last)
 
 
-def _manifest_altered(fs, prefix):
-    p = f"{prefix}/manifest.jsonl"
-    with fs.open_input_stream(p) as f:
+def _replace_in(fs, path, old, new):
+    with fs.open_input_stream(path) as f:
         raw = f.read()
-    with fs.open_output_stream(p) as f:
-        f.write(raw.replace(b'"messages":', b'"messages": ', 1))
+    with fs.open_output_stream(path) as f:
+        f.write(raw.replace(old, new, 1))
+
+
+def _manifest_altered(fs, prefix):
+    _replace_in(fs, f"{prefix}/manifest.jsonl", b'"messages":', b'"messages": ')
 
 
 def _checkpoint_altered(fs, prefix):
-    p = f"{prefix}/checkpoint.json"
-    with fs.open_input_stream(p) as f:
-        raw = f.read()
-    with fs.open_output_stream(p) as f:
-        f.write(raw.replace(b'"last_segment": ', b'"last_segment": 1', 1))
+    _replace_in(fs, f"{prefix}/checkpoint.json", b'"last_segment": ', b'"last_segment": 1')
 
 
 def _checkpoint_missing(fs, prefix):

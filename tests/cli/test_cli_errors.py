@@ -318,15 +318,9 @@ def test_pipeline_without_segments_is_one_line(tmp_path):
 
 def test_pipeline_conf_without_value_is_one_line(tmp_path):
     """``--conf`` that is not KEY=VALUE: one line, exit status 2, before Spark starts."""
-    import pyarrow as pa
-    from pgoutput_fast import capture
-    from tests.support.captures import load_fixture
+    from tests.support.segdirs import write_fixture_dir
 
-    lsns, msgs = load_fixture("v1_text")
-    seg = pa.table([pa.array(lsns, pa.int64()), pa.array(msgs, pa.binary()),
-                    pa.array(range(len(msgs)), pa.int64())], schema=capture.SEGMENT_SCHEMA)
-    segments = tmp_path / "segments"
-    capture.write_capture(segments, [seg], {"binary": False})
+    segments = write_fixture_dir(tmp_path / "segments", "v1_text")
     out = run_cli("pipeline", "--segments", segments, "--out", tmp_path / "tables",
                   "--conf", "spark.executor.memory")
     one_line(out, 2, "pipeline", "--conf", "KEY=VALUE")

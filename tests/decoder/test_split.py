@@ -20,6 +20,7 @@ from pgoutput_fast.messages import (Insert, Origin, Relation, RelationColumn, St
 from pgoutput_fast.parallel import _catalogs_at, _concat_tables
 from pgoutput_fast.split import merge_facts, piece_facts, plan_pieces, stream_detail
 from tests.support.captures import FIXTURE_NAMES, load_fixture
+from tests.support.tables import assert_values_equal
 
 
 def _boundaries(msgs):
@@ -82,18 +83,6 @@ def one_decoder(msgs, lsns, **options):
                 for v, t in cs.table_versions if t.num_rows}
 
 
-def _same(a, b, what):
-    if a.equals(b):
-        return
-    for name in b.column_names:
-        ca, cb = a.column(name), b.column(name)
-        if not ca.equals(cb):
-            for i in range(len(cb)):
-                # (Arrow equality says NaN != NaN; their printed forms agree)
-                sa, sb = ca.slice(i, 1), cb.slice(i, 1)
-                assert sa.equals(sb) or str(sa) == str(sb), f"{what}: {name} row {i}: {sa} {sb}"
-
-
 def assert_same(got, want, what):
     gev, gt = got
     wev, wt = want
@@ -101,12 +90,12 @@ def assert_same(got, want, what):
         assert gev is None or gev.num_rows == 0, what
     else:
         assert gev is not None and gev.num_rows == wev.num_rows, what
-        _same(gev.select(wev.column_names), wev, what)
+        assert_values_equal(gev.select(wev.column_names), wev, what)
     assert set(gt) == set(wt), what
     for k in wt:
         a, b = gt[k], wt[k]
         assert a.num_rows == b.num_rows, (what, k)
-        _same(a.cast(b.schema), b, (what, k))
+        assert_values_equal(a.cast(b.schema), b, (what, k))
 
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)

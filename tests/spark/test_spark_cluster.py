@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import subprocess
 import sys
 
@@ -34,6 +33,7 @@ from pgoutput_fast import capture
 from pgoutput_fast.capture import CaptureConfig
 from pgoutput_fast import sqlcapture
 from pgoutput_fast.demo import workload
+from tests.support.pythons import python_without_package, wrapper
 from tests.support.spark_cluster import StandaloneCluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -41,19 +41,6 @@ SCHEMA = "pgo_cluster"
 #: small executors: the Worker offers 1 core and 1g
 EXECUTOR_CONF = ["--conf", "spark.executor.memory=512m", "--conf", "spark.executor.cores=1",
                  "--conf", "spark.driver.memory=512m", "--conf", "spark.task.maxFailures=1"]
-
-_BLOCKER = '''
-import sys
-
-class _NoPgoutputFast:
-    def find_spec(self, name, path=None, target=None):
-        if name == "pgoutput_fast" or name.startswith("pgoutput_fast."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-sys.meta_path.insert(0, _NoPgoutputFast())
-'''
-
 
 def _java():
     home = os.environ.get("JAVA_HOME")
@@ -72,12 +59,6 @@ def cluster(tmp_path_factory):
     c.stop()
 
 
-def _wrapper(path, body):
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return str(path)
-
-
 def _node_python(tmp_path):
     """A node's Python with the package: records its parent's command line and the
     PYTHONPATH it was given (tab-separated, one line per start), then puts this
@@ -85,16 +66,7 @@ def _node_python(tmp_path):
     log = tmp_path / "node_python.log"
     body = (f'printf "%s\\t%s\\n" "$(tr "\\000" " " < /proc/$PPID/cmdline)" "$PYTHONPATH" >> "{log}"\n'
             f'PYTHONPATH="{ROOT}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{sys.executable}" "$@"\n')
-    return _wrapper(tmp_path / "node-python", body), log
-
-
-def _bare_python(tmp_path):
-    """A node's Python without the package: ``pgoutput_fast`` cannot be imported."""
-    blocker = tmp_path / "blocker"
-    blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(_BLOCKER)
-    return _wrapper(tmp_path / "bare-python",
-                    f'PYTHONPATH="{blocker}${{PYTHONPATH:+:$PYTHONPATH}}" exec "{sys.executable}" "$@"\n')
+    return wrapper(tmp_path / "node-python", body), log
 
 
 def _pipeline(cluster, segments, out, python, timeout=300):
@@ -189,7 +161,7 @@ def test_executor_without_the_package_on_cluster_is_one_line(cluster, tmp_path):
     capture.write_capture(segments, [seg], {"binary": False})
 
     out = tmp_path / "tables"
-    r = _pipeline(cluster, segments, out, _bare_python(tmp_path))
+    r = _pipeline(cluster, segments, out, python_without_package(tmp_path))
     assert r.returncode == 2, (r.stdout[-2000:], r.stderr[-4000:])
     assert "Traceback" not in r.stderr, r.stderr[-4000:]
     ours = [ln for ln in r.stderr.splitlines() if ln.startswith("pgoutput-fast pipeline: ")]

@@ -14,17 +14,14 @@ from tests.support.captures import FIXTURES, load_fixture
 def fixture_segments(name, per_segment=25):
     """The capture ``name`` as segment tables of about ``per_segment`` messages each."""
     from pgoutput_fast import capture
+    from pgoutput_fast.protocol import Grammar
 
     lsns, msgs = load_fixture(name)
-    opens, closes = set(b"BbS"), set(b"CPE")
-    cuts, depth, start = [], 0, 0
+    grammar = Grammar()
+    cuts, start = [], 0
     for i, m in enumerate(msgs):
-        t = m[0]
-        if t in opens:
-            depth += 1
-        elif t in closes:
-            depth = max(0, depth - 1)
-        if depth == 0 and i + 1 - start >= per_segment:
+        grammar.step(m)
+        if grammar.at_boundary and i + 1 - start >= per_segment:
             cuts.append((start, i + 1))
             start = i + 1
     if start < len(msgs):
