@@ -14,6 +14,9 @@ On the same data, in the same run, with one SparkSession ``local[2]``:
   and in pieces (``pgoutput_fast.split``, as many as the session's task slots);
 * ``spark/apply``: ``apply_changes`` of the typed changes into a fresh snapshot (prints
   the reduced batch that reached the commit and the driver's Arrow peak);
+* ``spark/apply-parts``: the same with ``max_batch_changes=ROWS // 6`` (commits of
+  whole transactions, at most that many changes each): what the driver holds at once,
+  and what the extra commits cost;
 * ``spark/apply-events``: ``apply_changes`` of the change events (``catalog=``).
 
 Every DataFrame is consumed with ``write.format("noop")``. The issue's bar: both decodes
@@ -204,6 +207,34 @@ def test_apply(benchmark, world):
     print(f"spark/apply: {world['rows']:,} changes reduced to {seen.get('reduced_rows'):,} rows, "
           f"{seen.get('reduced_bytes', 0) / 1e6:.1f} MB on the driver; the driver's Arrow pool "
           f"peaked at {pa.default_memory_pool().max_memory() / 1e6:.1f} MB")
+
+
+def test_apply_parts(benchmark, world):
+    """``apply_changes`` with the driver's part bounded (``max_batch_changes``)."""
+    from pgoutput_fast import spark as pgs
+
+    seen = {}
+    limit = max(1, world["rows"] // 6)
+
+    def once():
+        target = tempfile.mkdtemp(prefix="pgoutput_fast_bench_snap_")
+        try:
+            r = pgs.apply_changes(pgs.decode(world["df"], world["catalog"], table=TABLE), target,
+                                  max_batch_changes=limit)
+            assert r["changes"] == world["rows"] and r["parts"] > 1
+            seen.update(r)
+        finally:
+            shutil.rmtree(target, ignore_errors=True)
+
+    _run(benchmark, once, rounds=2)
+    record(benchmark, "spark/apply-parts", messages=world["messages"], rows=world["rows"],
+           baseline="spark/apply")
+    benchmark.extra_info["parts"] = seen.get("parts")
+    benchmark.extra_info["largest part's reduced rows"] = seen.get("reduced_rows")
+    benchmark.extra_info["largest part's reduced MB"] = round(seen.get("reduced_bytes", 0) / 1e6, 1)
+    print(f"spark/apply-parts: max_batch_changes={limit:,}: {seen.get('parts')} commits, the "
+          f"largest reduced to {seen.get('reduced_rows'):,} rows, "
+          f"{seen.get('reduced_bytes', 0) / 1e6:.1f} MB on the driver")
 
 
 def test_apply_events(benchmark, world):

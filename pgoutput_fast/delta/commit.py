@@ -40,6 +40,8 @@ __all__ = ["APP_ID", "POSITION_KEY", "DeltaApplyError", "DeltaConflict", "table_
 log = logging.getLogger("pgoutput_fast.delta")
 
 APP_ID = "pgoutput_fast"
+#: the sequence number of the position, in a transaction identifier of its own
+SEQ_APP_ID = "pgoutput_fast.seq"
 POSITION_KEY = "pgoutput_fast.position"
 _MAX_SEQ = 2 ** 63 - 1
 
@@ -76,13 +78,18 @@ def open_table(uri: str, storage_options: dict | None = None):
 
 def applied_position(dt) -> tuple | None:
     """``(commit_lsn, seq)`` of the last change applied to ``dt`` by this package, or
-    None. The transaction identifier gives the commit LSN; the commit that wrote it, the
-    sequence number (a whole transaction when that commit is out of reach)."""
+    None. Two transaction identifiers, written in the same commit, give the commit LSN
+    and the sequence number (they are part of the table's state: checkpoints and log
+    clean-up keep them). Tables written before the second one existed: the commit's
+    metadata, else the whole transaction."""
     if dt is None:
         return None
     version = dt.transaction_version(APP_ID)
     if version is None:
         return None
+    seq = dt.transaction_version(SEQ_APP_ID)
+    if seq is not None:
+        return int(version), int(seq)
     for info in dt.history(200):
         raw = info.get(POSITION_KEY)
         if raw:
@@ -424,7 +431,8 @@ def _commit_properties(table: str, position: tuple, extra: dict | None = None):
             "pgoutput_fast.table": table}
     meta.update(extra or {})
     return CommitProperties(custom_metadata=meta,
-                            app_transactions=[Transaction(APP_ID, int(position[0]))])
+                            app_transactions=[Transaction(APP_ID, int(position[0])),
+                                              Transaction(SEQ_APP_ID, int(position[1]))])
 
 
 def _conflict(table: str, uri: str, exc: Exception) -> DeltaConflict:

@@ -19,6 +19,15 @@ URI with ``storage_options`` as delta-rs takes them). ``apply_changes``:
    batch's position (``pgoutput_fast.delta.commit``): only the data files holding the
    touched keys are rewritten, and a batch applied again is a no-op.
 
+The driver's memory is bounded by ``max_batch_changes``: a table with more changes
+after its position than that is applied in consecutive parts, each an ordinary batch
+(steps 2-3) with its own commit and position. Parts end at a transaction's end (whole
+transactions packed in commit order), so a reader of the Delta table between two parts
+sees the table as PostgreSQL had it after some transaction; only a transaction with more
+changes of this one table than the limit is cut inside (at quantiles of its ``_seq``),
+and a reader may then see part of it. A crash between parts loses nothing and doubles
+nothing: the next run starts after the last part's recorded position.
+
 Merge semantics are PostgreSQL's apply worker's; see ``pgoutput_fast.delta``.
 """
 
@@ -56,7 +65,8 @@ def read_table(target, table, storage_options=None):
 
 def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = None,
                   table: str | None = None, catalog=None, storage_options: dict | None = None,
-                  change_data_feed: bool = False, renames: dict | None = None):
+                  change_data_feed: bool = False, renames: dict | None = None,
+                  max_batch_changes: int | None = None):
     """Merge changes into the Delta tables under ``target`` (module doc).
 
     ``changes`` is either
@@ -77,6 +87,11 @@ def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = 
     downstream readers). ``renames`` (``{column: new}``, for events ``{table: {...}}``)
     settles a change of the column list that may be a RENAME COLUMN (the error that
     stops on one says so).
+
+    ``max_batch_changes`` (default ``MAX_BATCH_CHANGES``, one million) bounds what one
+    commit of a table takes: more changes after the table's position are applied in
+    consecutive parts of whole transactions (module doc), each its own commit with its
+    own position. The result then sums the parts (``parts``: how many committed).
     """
     if _is_events(changes):
         if catalog is None:
@@ -98,7 +113,8 @@ def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = 
                             events_to_typed(events, catalog, name), target, keys,
                             column_defaults=defaults.get(name), storage_options=storage_options,
                             change_data_feed=change_data_feed,
-                            renames=(renames or {}).get(name))
+                            renames=(renames or {}).get(name),
+                            max_batch_changes=max_batch_changes)
                     except Exception as exc:  # reported with the others' positions
                         errors[name] = exc
             finally:
@@ -108,7 +124,7 @@ def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = 
         return results
     return _apply_typed(changes, target, keys, column_defaults=column_defaults, table=table,
                         storage_options=storage_options, change_data_feed=change_data_feed,
-                        renames=renames)
+                        renames=renames, max_batch_changes=max_batch_changes)
 
 
 def _position_filter(df, position):
@@ -160,13 +176,18 @@ def _renames(df, table, dt, used: list, columns: list, renames: dict):
     return df, columns, renamed
 
 
+#: the changes of one table one Delta commit takes at most (``max_batch_changes``)
+MAX_BATCH_CHANGES = 1_000_000
+_MAX_SEQ = 2 ** 63 - 1
+
+
 def _apply_typed(changes, target, keys=None, *, column_defaults: dict | None = None,
                  table: str | None = None, storage_options: dict | None = None,
-                 change_data_feed: bool = False, renames: dict | None = None):
+                 change_data_feed: bool = False, renames: dict | None = None,
+                 max_batch_changes: int | None = None):
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
 
-    from ..delta import BatchResult, applied_position, commit_batch, table_mode, table_uri
+    from ..delta import applied_position, table_uri
     from ..delta.commit import open_table
 
     meta = _table_meta(changes)
@@ -174,57 +195,152 @@ def _apply_typed(changes, target, keys=None, *, column_defaults: dict | None = N
     if not table:
         raise ValueError("apply_changes needs a typed DataFrame from decode(..., table=...) "
                          "(or table=)")
+    limit = MAX_BATCH_CHANGES if max_batch_changes is None else int(max_batch_changes)
+    if limit < 1:
+        raise ValueError(f"max_batch_changes={max_batch_changes!r}: must be at least 1")
     key_cols = list(keys) if keys is not None else list(meta.get("key_columns", []))
-    replident = meta.get("replident", "d")
     columns = list(meta.get("columns") or [c for c in changes.columns if not c.startswith("_")])
     columns += [c for c in changes.columns if not c.startswith("_") and c not in columns]
-    ordered = {int(k): list(v) for k, v in (meta.get("versions") or {}).items()}
-    versions = {k: set(v) for k, v in ordered.items()}
     uri = table_uri(target, table)
     dt = open_table(uri, storage_options)
     position = applied_position(dt)
+    part = dict(meta=meta, table=table, uri=uri, keys=key_cols, columns=columns,
+                column_defaults=column_defaults, storage_options=storage_options,
+                change_data_feed=change_data_feed, renames=renames)
 
     spark = changes.sparkSession
     with _uncompressed_cache(spark):
         ch = _position_filter(changes, position).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            pos = F.struct(F.col("_commit_lsn").alias("c"), F.col("_seq").alias("s"))
-            summary = ch.agg(F.count(F.lit(1)).alias("n"), F.max(pos).alias("last"),
-                             F.max(F.when(F.col("_op") == "t", pos)).alias("trunc"),
-                             F.sum(F.when(F.col("_op").isin("u", "d"), 1).otherwise(0))
-                             .alias("ud"),
-                             F.collect_set("_version").alias("versions")).collect()[0]
-            if summary["n"] == 0:
-                return BatchResult(table=table, uri=uri, changes=0, skipped=True,
-                                   applied=list(position) if position else None,
-                                   version=dt.version() if dt is not None else None,
-                                   missing=0, inserted=0, updated=0, deleted=0,
-                                   files_added=0, files_removed=0)
-            last = (int(summary["last"]["c"]), int(summary["last"]["s"]))
-            trunc = summary["trunc"]
-            used = sorted(int(v) for v in summary["versions"])
-            body, columns, renamed = _renames(ch, table, dt, [(v, ordered[v]) for v in used
-                                                              if v in ordered],
-                                              columns, dict(renames or {}))
-            if trunc is not None:
-                body = _position_filter(body, (trunc["c"], trunc["s"]))
-            body = body.where(F.col("_op") != "t")
-            mode = table_mode(replident, key_cols)
-            if mode == "append" and summary["ud"]:
-                from ..delta import DeltaApplyError
-
-                raise DeltaApplyError(f"{table}: updates or deletes in a table without a "
-                                      "replica identity (PostgreSQL refuses them): pass keys=")
-            final, carries = _reduce_on_spark(body, mode, columns, key_cols, versions,
-                                              dict(column_defaults or {}))
-            config = {"delta.enableChangeDataFeed": "true"} if change_data_feed else None
-            return commit_batch(dt, uri, table, mode=mode, keys=key_cols, columns=columns,
-                                final=final, carries=carries, truncate=trunc is not None,
-                                position=last, changes=int(summary["n"]),
-                                storage_options=storage_options, configuration=config,
-                                column_defaults=column_defaults, renamed=renamed)
+            n = ch.count()
+            if n <= limit:
+                return _apply_part(ch, dt, position, **part)
+            # over the limit: consecutive parts, each an ordinary batch with its own
+            # commit and position (module doc), cut at transaction ends where it can
+            results: list = []
+            for hi in _part_bounds(ch, limit):
+                if results:     # the position the last part committed (or a rival's)
+                    dt = open_table(uri, storage_options)
+                    position = applied_position(dt)
+                body = _position_upto(_position_filter(ch, position), hi)
+                results.append(_apply_part(body, dt, position, **part))
+            return _combine(results)
         finally:
             ch.unpersist()
+
+
+def _apply_part(ch, dt, position, *, meta, table, uri, keys, columns, column_defaults,
+                storage_options, change_data_feed, renames):
+    """One batch (``ch``: the changes after ``position``) -> one Delta commit."""
+    from pyspark.sql import functions as F
+
+    from ..delta import BatchResult, commit_batch, table_mode
+
+    replident = meta.get("replident", "d")
+    ordered = {int(k): list(v) for k, v in (meta.get("versions") or {}).items()}
+    versions = {k: set(v) for k, v in ordered.items()}
+    pos = F.struct(F.col("_commit_lsn").alias("c"), F.col("_seq").alias("s"))
+    summary = ch.agg(F.count(F.lit(1)).alias("n"), F.max(pos).alias("last"),
+                     F.max(F.when(F.col("_op") == "t", pos)).alias("trunc"),
+                     F.sum(F.when(F.col("_op").isin("u", "d"), 1).otherwise(0))
+                     .alias("ud"),
+                     F.collect_set("_version").alias("versions")).collect()[0]
+    if summary["n"] == 0:
+        return BatchResult(table=table, uri=uri, changes=0, skipped=True,
+                           applied=list(position) if position else None,
+                           version=dt.version() if dt is not None else None,
+                           missing=0, inserted=0, updated=0, deleted=0,
+                           files_added=0, files_removed=0, parts=0)
+    last = (int(summary["last"]["c"]), int(summary["last"]["s"]))
+    trunc = summary["trunc"]
+    used = sorted(int(v) for v in summary["versions"])
+    body, columns, renamed = _renames(ch, table, dt, [(v, ordered[v]) for v in used
+                                                      if v in ordered],
+                                      list(columns), dict(renames or {}))
+    if trunc is not None:
+        body = _position_filter(body, (trunc["c"], trunc["s"]))
+    body = body.where(F.col("_op") != "t")
+    mode = table_mode(replident, keys)
+    if mode == "append" and summary["ud"]:
+        from ..delta import DeltaApplyError
+
+        raise DeltaApplyError(f"{table}: updates or deletes in a table without a "
+                              "replica identity (PostgreSQL refuses them): pass keys=")
+    final, carries = _reduce_on_spark(body, mode, columns, keys, versions,
+                                      dict(column_defaults or {}))
+    config = {"delta.enableChangeDataFeed": "true"} if change_data_feed else None
+    result = commit_batch(dt, uri, table, mode=mode, keys=keys, columns=columns,
+                          final=final, carries=carries, truncate=trunc is not None,
+                          position=last, changes=int(summary["n"]),
+                          storage_options=storage_options, configuration=config,
+                          column_defaults=column_defaults, renamed=renamed)
+    result["parts"] = 1
+    return result
+
+
+def _part_bounds(ch, limit: int) -> list:
+    """Upper positions ``(commit_lsn, seq)`` of consecutive parts of at most about
+    ``limit`` changes each: whole transactions packed greedily in commit order; a
+    transaction of more than ``limit`` changes of this table alone is cut inside, at
+    approximate quantiles of its ``_seq`` (Spark's ``approxQuantile``)."""
+    import numpy as np
+
+    from pyspark.sql import functions as F
+
+    per = _to_arrow(ch.groupBy("_commit_lsn").agg(F.count(F.lit(1)).alias("n")))
+    lsn = per.column("_commit_lsn").to_numpy()
+    cnt = per.column("n").to_numpy()
+    order = np.argsort(lsn, kind="stable")
+    lsn, cnt = lsn[order], cnt[order]
+    cum = np.cumsum(cnt)
+    bounds: list = []
+    i, n_tx = 0, len(lsn)
+    while i < n_tx:
+        if cnt[i] > limit:
+            pieces = -(-int(cnt[i]) // limit)
+            probs = [k / pieces for k in range(1, pieces)]
+            cuts = ch.where(F.col("_commit_lsn") == int(lsn[i])).approxQuantile(
+                "_seq", probs, 1.0 / (pieces * 50))
+            for q in sorted(set(int(q) for q in cuts)):
+                bounds.append((int(lsn[i]), q))
+            bounds.append((int(lsn[i]), _MAX_SEQ))
+            i += 1
+            continue
+        base = cum[i] - cnt[i]
+        j = max(int(np.searchsorted(cum, base + limit, side="right")), i + 1)
+        bounds.append((int(lsn[j - 1]), _MAX_SEQ))
+        i = j
+    return bounds
+
+
+def _position_upto(df, position):
+    """The changes at or before ``position``."""
+    from pyspark.sql import functions as F
+
+    c1, s1 = position
+    return df.where((F.col("_commit_lsn") < c1) |
+                    ((F.col("_commit_lsn") == c1) & (F.col("_seq") <= s1)))
+
+
+def _combine(results: list):
+    """The ``BatchResult`` of a batch applied in parts: the sums, the last position and
+    version, and the largest part that reached a commit (``reduced_rows`` /
+    ``reduced_bytes``: what the driver held at once)."""
+    from ..delta import BatchResult
+
+    done = [r for r in results if not r["skipped"]]
+    out = BatchResult(results[-1])
+    for k in ("changes", "inserted", "updated", "deleted", "missing", "files_added",
+              "files_removed"):
+        out[k] = sum(r.get(k, 0) for r in results)
+    out["parts"] = len(done)
+    out["skipped"] = not done
+    if done:
+        out["applied"] = done[-1]["applied"]
+        out["version"] = done[-1]["version"]
+        out["reduced_rows"] = max(r.get("reduced_rows", 0) for r in done)
+        out["reduced_bytes"] = max(r.get("reduced_bytes", 0) for r in done)
+    return out
 
 
 def _to_arrow(df) -> pa.Table:

@@ -33,7 +33,8 @@ are rewritten; each commit records its position, so re-running is safe).
 
 def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, events_rate=False,
                  log=None, threads=4, storage_options=None, change_data_feed=False,
-                 segments_storage_options=None, segments_filesystem=None) -> dict:
+                 segments_storage_options=None, segments_filesystem=None,
+                 max_batch_changes=None) -> dict:
     """Decode + apply every table (or ``tables``). Returns timings and per-table results.
     ``storage_options`` serve the segments and the tables, unless
     ``segments_storage_options`` or ``segments_filesystem`` are given (module doc)."""
@@ -69,7 +70,8 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
             return name, apply_changes(typed, out,
                                        column_defaults=(column_defaults or {}).get(name),
                                        storage_options=storage_options,
-                                       change_data_feed=change_data_feed), None
+                                       change_data_feed=change_data_feed,
+                                       max_batch_changes=max_batch_changes), None
         except Exception as exc:  # reported below with the other tables' positions
             return name, None, exc
 
@@ -89,7 +91,8 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
         say(f"{name}: {r['changes']:,} changes -> Delta version {r['version']}"
             + (" (nothing new)" if r["skipped"] else
                f" (+{r['inserted']:,} ~{r['updated']:,} -{r['deleted']:,} rows, "
-               f"{r['files_added']} files written, {r['files_removed']} replaced)"))
+               f"{r['files_added']} files written, {r['files_removed']} replaced"
+               + (f", in {r['parts']} commits" if r.get("parts", 1) > 1 else "") + ")"))
     df.unpersist()
     if errors:
         from .errors import executor_setup_error
@@ -102,6 +105,16 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
     res["apply_seconds"] = time.perf_counter() - t1
     res["changes"] = changes
     return res
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive whole number")
+    return n
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -125,6 +138,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "spark.archives=env.tar.gz#env")
     p.add_argument("--table", action="append", metavar="SCHEMA.NAME",
                    help="only these tables (repeatable)")
+    p.add_argument("--max-batch-changes", type=_positive, default=None, metavar="N",
+                   help="at most about N changes of a table in one Delta commit (default "
+                        "1,000,000): more are applied in consecutive commits of whole "
+                        "transactions; the driver holds one such part per table at a time")
 
 
 def run(args) -> int:
@@ -156,7 +173,8 @@ def run(args) -> int:
     try:
         res = run_pipeline(spark, args.segments, args.out, tables=args.table,
                            log=lambda m: print(m, flush=True),
-                           change_data_feed=args.change_data_feed, storage_options=options)
+                           change_data_feed=args.change_data_feed, storage_options=options,
+                           max_batch_changes=getattr(args, "max_batch_changes", None))
     finally:
         spark.stop()
     secs = max(res["apply_seconds"], 1e-9)

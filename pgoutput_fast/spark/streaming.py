@@ -51,11 +51,13 @@ def _save(out, state, storage_options=None):
 
 
 def process_new_segments(spark, segments, out, *, column_defaults=None, storage_options=None,
-                         filesystem=None, segments_storage_options=None) -> dict:
+                         filesystem=None, segments_storage_options=None,
+                         max_batch_changes=None) -> dict:
     """Decode and apply the closed segment groups not done yet (one micro-batch).
     ``segments`` and ``out`` may be URIs (``s3://...``): one ``storage_options`` (delta-rs's
     keys) serves both, as in ``run_pipeline``; ``segments_storage_options`` or
-    ``filesystem`` replace it for the segments. The state file lives in ``out``."""
+    ``filesystem`` replace it for the segments. The state file lives in ``out``.
+    ``max_batch_changes`` bounds each table's commits (``apply_changes``)."""
     seg_opts = segments_storage_options if segments_storage_options is not None else storage_options
     from .apply import ApplyError, apply_changes
     from .decode import (SegmentCatalog, task_slots, build_catalog, decode,
@@ -85,7 +87,8 @@ def process_new_segments(spark, segments, out, *, column_defaults=None, storage_
         try:
             r = apply_changes(decode(df, catalog, table=name), out,
                               column_defaults=(column_defaults or {}).get(name),
-                              storage_options=storage_options)
+                              storage_options=storage_options,
+                              max_batch_changes=max_batch_changes)
         except Exception as exc:  # the others still apply; the batch then fails as a whole
             errors[name] = exc
             continue
@@ -99,7 +102,8 @@ def process_new_segments(spark, segments, out, *, column_defaults=None, storage_
 
 
 def start_stream(spark, segments, out, *, checkpoint, trigger_seconds=None, available_now=False,
-                 column_defaults=None, storage_options=None, segments_storage_options=None):
+                 column_defaults=None, storage_options=None, segments_storage_options=None,
+                 max_batch_changes=None):
     """Start the streaming query (returns the ``StreamingQuery``).
 
     The trigger is Spark's file source over ``segments``: on an object store Spark must
@@ -115,7 +119,8 @@ def start_stream(spark, segments, out, *, checkpoint, trigger_seconds=None, avai
     def batch(_df, _batch_id):
         process_new_segments(spark, segments, out, column_defaults=column_defaults,
                              storage_options=storage_options,
-                             segments_storage_options=segments_storage_options)
+                             segments_storage_options=segments_storage_options,
+                             max_batch_changes=max_batch_changes)
 
     w = src.writeStream.foreachBatch(batch).option("checkpointLocation", checkpoint)
     if available_now:

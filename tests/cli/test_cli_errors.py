@@ -325,3 +325,15 @@ def test_pipeline_conf_without_value_is_one_line(tmp_path):
                   "--conf", "spark.executor.memory")
     one_line(out, 2, "pipeline", "--conf", "KEY=VALUE")
     assert not (tmp_path / "tables").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "many"])
+def test_pipeline_max_batch_changes_must_be_positive(tmp_path, value):
+    """``--max-batch-changes`` that is not a positive whole number: argparse's usage line
+    and exit status 2, before Spark starts."""
+    out = run_cli("pipeline", "--segments", tmp_path, "--out", tmp_path / "tables",
+                  "--max-batch-changes", value)
+    assert out.returncode == 2, out.stderr
+    assert "--max-batch-changes" in out.stderr and "positive whole number" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "tables").exists()

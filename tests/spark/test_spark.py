@@ -406,6 +406,81 @@ def test_apply_events_equals_postgres(world, spark, tmp_path):
                for n, r in again.items()), again
 
 
+@NATIVE_ONLY
+@pytest.mark.postgres
+def test_apply_in_bounded_parts_and_crash_between_parts(world, spark, tmp_path, monkeypatch):
+    """``max_batch_changes``: a table with more changes than that after its position is
+    applied in consecutive commits, each recording its own position: whole transactions,
+    and a larger one (the streamed transaction of ``races``, with a column dropped in its
+    middle) cut inside. A commit that fails after some parts (as a crash would leave the
+    table) is continued by the rerun. Every Delta table == SELECT *; every commit's
+    position grows along the table's history; no part reached the commit with more
+    reduced rows than about the limit."""
+    import json
+
+    from deltalake import DeltaTable
+
+    import pgoutput_fast.delta as D
+    from pgoutput_fast import demo, spark as pgs
+    from pgoutput_fast.delta.commit import POSITION_KEY
+
+    binary, limit = True, 1000
+    target = str(tmp_path / "parts")
+    df = pgs.read_segments(spark, world["dirs"][binary])
+    catalog = pgs.build_catalog(df)
+    races = f"{SCHEMA}.races"
+    # the tables with more than `limit` changes: every type (many transactions), the
+    # streamed transaction with a savepoint rolled back, and races
+    names = [f"{SCHEMA}.alltypes", f"{SCHEMA}.stream_t", races]
+    assert set(names) <= set(pgs.tables_of(catalog))
+    commit = D.commit_batch
+    calls = []
+
+    def commit_until_the_second_part_of_races(dt, uri, table, **kw):
+        calls.append((table, kw["final"].num_rows))
+        if table == races and sum(t == races for t, _ in calls) == 2:
+            raise OSError("simulated crash before the commit")
+        return commit(dt, uri, table, **kw)
+
+    monkeypatch.setattr(D, "commit_batch", commit_until_the_second_part_of_races)
+    with pytest.raises(OSError, match="simulated crash"):
+        pgs.apply_changes(pgs.decode(df, catalog, table=races), target, max_batch_changes=limit)
+    crashed = DeltaTable(D.table_uri(target, races))
+    assert crashed.version() == 0     # the first part committed alone
+    first = D.applied_position(crashed)
+    monkeypatch.setattr(D, "commit_batch", commit)
+
+    results = {name: pgs.apply_changes(pgs.decode(df, catalog, table=name), target,
+                                       column_defaults=_defaults().get(name),
+                                       max_batch_changes=limit)
+               for name in names}
+    img = pgs.DeltaImage(target, catalog, binary)
+    checked = [demo.compare_with_truth(t, img, binary) for t in world["truths"]
+               if t.name in names]
+    assert len(checked) == len(names)
+    bad = [(r.name, r.problems[:3]) for r in checked if not r.ok]
+    assert not bad, bad
+    # the rerun continued after the crashed run's first part, in parts again
+    assert results[races]["parts"] >= 2 and results[races]["applied"] > list(first)
+    many = [n for n, r in results.items() if r["parts"] > 1]
+    assert many == names, {n: r["parts"] for n, r in results.items()}
+    for name in many:
+        r = results[name]
+        assert 0 < r["reduced_rows"] <= limit * 1.1, (name, r["reduced_rows"])
+        history = DeltaTable(D.table_uri(target, name)).history()
+        positions = [json.loads(h[POSITION_KEY]) for h in reversed(history)
+                     if h.get(POSITION_KEY)]
+        assert len(positions) >= r["parts"]
+        assert positions == sorted(positions) and len(set(map(tuple, positions))) == len(positions)
+        assert positions[-1] == r["applied"]
+    assert max(n for _, n in calls) <= limit * 1.1
+    # applied again: every table's position skips everything
+    again = {name: pgs.apply_changes(pgs.decode(df, catalog, table=name), target,
+                                     max_batch_changes=limit) for name in names}
+    assert all(r["skipped"] and r["version"] == results[n]["version"]
+               for n, r in again.items()), again
+
+
 _CONNECT_SCRIPT = r"""
 import json, os, sys
 import pyarrow as pa
