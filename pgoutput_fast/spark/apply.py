@@ -56,7 +56,8 @@ def read_table(target, table, storage_options=None):
 
 def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = None,
                   table: str | None = None, catalog=None, storage_options: dict | None = None,
-                  change_data_feed: bool = False, renames: dict | None = None):
+                  change_data_feed: bool = False, renames: dict | None = None,
+                  backfill: int | None = None):
     """Merge changes into the Delta tables under ``target`` (module doc).
 
     ``changes`` is either
@@ -76,9 +77,13 @@ def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = 
     (``delta.enableChangeDataFeed``: inserts, update pre-/post-images and deletes for
     downstream readers). ``renames`` (``{column: new}``, for events ``{table: {...}}``)
     settles a change of the column list that may be a RENAME COLUMN (the error that
-    stops on one says so).
+    stops on one says so). ``backfill``: the typed DataFrame is a backfill's
+    (``pgoutput-fast snapshot``) taken at that hand-over point: applied by
+    ``pgoutput_fast.delta.backfill_needed``'s rule, it replaces the table's rows.
     """
     if _is_events(changes):
+        if backfill is not None:
+            raise ValueError("apply_changes(backfill=) takes a typed DataFrame of one table")
         if catalog is None:
             raise ValueError("apply_changes of change events needs catalog= (build_catalog): "
                              "the events hold text values, the tables typed columns")
@@ -108,7 +113,7 @@ def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = 
         return results
     return _apply_typed(changes, target, keys, column_defaults=column_defaults, table=table,
                         storage_options=storage_options, change_data_feed=change_data_feed,
-                        renames=renames)
+                        renames=renames, backfill=backfill)
 
 
 def _position_filter(df, position):
@@ -162,7 +167,8 @@ def _renames(df, table, dt, used: list, columns: list, renames: dict):
 
 def _apply_typed(changes, target, keys=None, *, column_defaults: dict | None = None,
                  table: str | None = None, storage_options: dict | None = None,
-                 change_data_feed: bool = False, renames: dict | None = None):
+                 change_data_feed: bool = False, renames: dict | None = None,
+                 backfill: int | None = None):
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -183,6 +189,16 @@ def _apply_typed(changes, target, keys=None, *, column_defaults: dict | None = N
     uri = table_uri(target, table)
     dt = open_table(uri, storage_options)
     position = applied_position(dt)
+    if backfill is not None:
+        from ..delta import backfill_needed
+
+        if not backfill_needed(dt, table, backfill):
+            return BatchResult(table=table, uri=uri, changes=0, skipped=True,
+                               applied=list(position) if position else None,
+                               version=dt.version(), missing=0, inserted=0, updated=0,
+                               deleted=0, files_added=0, files_removed=0,
+                               backfill=int(backfill))
+        position = None          # its rows, all of them, replace the table's
 
     spark = changes.sparkSession
     with _uncompressed_cache(spark):
@@ -203,7 +219,14 @@ def _apply_typed(changes, target, keys=None, *, column_defaults: dict | None = N
             last = (int(summary["last"]["c"]), int(summary["last"]["s"]))
             trunc = summary["trunc"]
             used = sorted(int(v) for v in summary["versions"])
-            body, columns, renamed = _renames(ch, table, dt, [(v, ordered[v]) for v in used
+            if backfill is not None and (trunc is None or last[0] >= backfill):
+                from ..delta import DeltaApplyError
+
+                raise DeltaApplyError(f"{table}: not a backfill taken at {backfill} (no "
+                                      "Truncate first, or changes at or past its point): "
+                                      "nothing applied")
+            body, columns, renamed = _renames(ch, table, dt if backfill is None else None,
+                                              [(v, ordered[v]) for v in used
                                                               if v in ordered],
                                               columns, dict(renames or {}))
             if trunc is not None:
@@ -222,7 +245,8 @@ def _apply_typed(changes, target, keys=None, *, column_defaults: dict | None = N
                                 final=final, carries=carries, truncate=trunc is not None,
                                 position=last, changes=int(summary["n"]),
                                 storage_options=storage_options, configuration=config,
-                                column_defaults=column_defaults, renamed=renamed)
+                                column_defaults=column_defaults, renamed=renamed,
+                                backfill=backfill)
         finally:
             ch.unpersist()
 
