@@ -69,6 +69,8 @@ class _Writer(threading.Thread):
         self.pg, self.s = pg, schema
         self.rng = random.Random(seed)
         self.stop = threading.Event()
+        self.hold = threading.Event()       # set: pause (the capture's end is then near)
+        self.held = threading.Event()
         self.commits: list = []
         self.error = None
         self.next_id = 100_000
@@ -78,9 +80,14 @@ class _Writer(threading.Thread):
             conn = self.pg.connect()
             cur = conn.cursor()
             while not self.stop.is_set():
+                if self.hold.is_set():
+                    self.held.set()
+                    time.sleep(0.01)
+                    continue
+                self.held.clear()
                 self._one(cur)
                 self.commits.append(time.time())
-                time.sleep(0.002)
+                time.sleep(0.005)
             conn.close()
         except BaseException as exc:   # reported by the test
             self.error = exc
@@ -132,12 +139,21 @@ def _more_writes(writer, n):
     assert writer.error is None, writer.error
 
 
-def _capture_to_now(pg, conn, out, slot, pub, binary, create=False):
-    end = sqlcapture.wait_for_wal_flush(conn)
-    cfg = CaptureConfig(pg.dsn(), slot, [pub], out, create_slot=create, binary=binary,
-                        segment_bytes=128 << 10, segment_seconds=0.2, progress="off",
-                        max_reconnects=0, until_lsn=end)
-    capture.run_capture(cfg)
+def _capture_to_now(pg, conn, out, slot, pub, binary, writer=None, create=False):
+    """Capture up to the WAL's end now (the writer paused meanwhile: a capture stops at
+    --until-lsn once idle)."""
+    if writer is not None and writer.is_alive():
+        writer.hold.set()
+        _wait(lambda: writer.held.is_set() or writer.error, what="the writer to pause")
+    try:
+        end = sqlcapture.wait_for_wal_flush(conn)
+        cfg = CaptureConfig(pg.dsn(), slot, [pub], out, create_slot=create, binary=binary,
+                            segment_bytes=128 << 10, segment_seconds=0.2, progress="off",
+                            max_reconnects=0, until_lsn=end)
+        capture.run_capture(cfg)
+    finally:
+        if writer is not None:
+            writer.hold.clear()
 
 
 def _decode(out):
@@ -180,11 +196,11 @@ def test_backfill_hand_over(server, tmp_path, binary):
     try:
         _more_writes(writer, 20)
         # the capture of a (with its initial snapshot), then b is added to the publication
-        _capture_to_now(pg, conn, out, slot, pub, binary, create=True)
+        _capture_to_now(pg, conn, out, slot, pub, binary, writer, create=True)
         with conn.cursor() as cur:
             cur.execute(f"ALTER PUBLICATION {pub} ADD TABLE {s}.b")
         _more_writes(writer, 40)
-        _capture_to_now(pg, conn, out, slot, pub, binary)
+        _capture_to_now(pg, conn, out, slot, pub, binary, writer)
         # applied before the backfill: b holds only the rows the stream touched
         dec, cs = _decode(out)
         apply_changeset(cs, target, binary=binary)
