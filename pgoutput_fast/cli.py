@@ -243,7 +243,13 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     capture_cli.add_arguments(pc)
     pc.set_defaults(func=capture_cli.run)
-    for sp in (pi, pd, pm, pb, pp, pc):
+    ps = sub.add_parser("snapshot", help="backfill tables added to the publication later "
+                                         "(a temporary slot's snapshot and an LSN hand-over)",
+                        description=capture_cli.BACKFILL_DESCRIPTION,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    capture_cli.add_backfill_arguments(ps)
+    ps.set_defaults(func=capture_cli.run_backfill)
+    for sp in (pi, pd, pm, pb, pp, pc, ps):
         # also after the command; SUPPRESS: absent unless given (the global one stays)
         sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="print the traceback of a failure")

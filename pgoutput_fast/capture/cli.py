@@ -23,7 +23,8 @@ import time
 
 from ..lsn import format_lsn, parse_lsn
 
-__all__ = ["add_arguments", "run", "DESCRIPTION"]
+__all__ = ["add_arguments", "run", "DESCRIPTION", "add_backfill_arguments", "run_backfill",
+           "BACKFILL_DESCRIPTION"]
 
 DESCRIPTION = """\
 Capture a logical replication slot (pgoutput) into Parquet segment files
@@ -49,6 +50,23 @@ setting; 3 connection refused (password, role, pg_hba.conf, host, nothing
 listening at the first attempt); 4 slot, publication or database refused, slot
 busy; 5 --out refused (locked, damaged or of another slot); 6 a write or fsync
 failed; 7 damaged segments; 1 a bug (traceback).
+"""
+
+
+BACKFILL_DESCRIPTION = """\
+Backfill tables added to the publication after the capture's slot was made: their
+existing rows, which the stream never sends. A temporary slot is created with an
+exported snapshot; its consistent point P is the hand-over LSN: the named tables
+are copied inside that snapshot (each preceded by a Truncate of it) into a
+directory of their own (--out, never the capture's), durable before the command
+says done; the temporary slot goes with the connection. Apply it with the
+capture: pgoutput-fast pipeline --backfill DIR (or apply_changeset(...,
+backfills=[DIR])): the backfill replaces the table's rows, then only the
+capture's changes at or after P apply on top.
+
+Exit status: as capture's (2 options, 3 connection, 4 table not published or
+publication missing, 5 --out refused, 6 a write failed); 130/143 interrupted
+(nothing readable; run it again).
 """
 
 
@@ -170,6 +188,61 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="live line on a terminal, JSON lines otherwise (stderr)")
 
 
+def add_backfill_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--dsn", default=None,
+                     help="libpq connection string of a role with REPLICATION (as capture's; "
+                          "default: --dsn-file, $PGOUTPUT_FAST_DSN, libpq's PG* environment)")
+    src.add_argument("--dsn-file", default=None, metavar="PATH",
+                     help="read the connection string from this file")
+    p.add_argument("--publication", required=True, action="append", metavar="NAME",
+                   help="the capture's publication(s): each --table must be published by them")
+    p.add_argument("--table", required=True, action="append", metavar="SCHEMA.NAME",
+                   help="a table to backfill (repeatable), as the stream names it (a table "
+                        "published through its partitioned root: the root)")
+    p.add_argument("--out", required=True,
+                   help="a new directory for the backfill (never the capture's own)")
+    p.add_argument("--binary", action="store_true",
+                   help="binary values: give it when the capture runs with --binary")
+    p.add_argument("--snapshot-workers", type=_workers, default=1, metavar="N",
+                   help="connections copying in parallel (default 1)")
+    p.add_argument("--segment-size", type=_size, default=64 << 20, metavar="BYTES",
+                   help="rotate a segment after this much message data (default 64MB)")
+    p.add_argument("--memory-budget", type=_size, default=256 << 20, metavar="BYTES",
+                   help="message data held in memory at most (default 256MB)")
+    p.add_argument("--file-mode", type=_file_mode, default=0o600, metavar="OCTAL",
+                   help="mode of the files written (default 0600)")
+    p.add_argument("--progress", choices=["auto", "tty", "log", "off"], default="auto",
+                   help="live line on a terminal, JSON lines otherwise (stderr)")
+
+
+def run_backfill(args) -> int:
+    debug = bool(getattr(args, "debug", False))
+    dsn = args.dsn
+    try:
+        from .backfill import BackfillConfig, run_backfill as _run_backfill
+        from .dsn import check_dsn, resolve_dsn
+
+        dsn = resolve_dsn(args.dsn, args.dsn_file)
+        check_dsn(dsn)
+        cfg = BackfillConfig(dsn, publications(args.publication), args.out, args.table,
+                             binary=args.binary, snapshot_workers=args.snapshot_workers,
+                             segment_bytes=args.segment_size, memory_bytes=args.memory_budget,
+                             file_mode=args.file_mode, progress=args.progress)
+        # tests: a pause per snapshot transaction written (a window to write meanwhile)
+        cfg.snapshot_chunk_delay = float(
+            os.environ.get("PGOUTPUT_FAST_SNAPSHOT_CHUNK_DELAY", "0") or 0)
+        result = _run_backfill(cfg)
+    except Exception as exc:
+        return _failed(exc, dsn, debug, "snapshot")
+    summary = result.snapshot or {}
+    print(json.dumps({"backfill": summary}), file=sys.stderr)
+    print(f"backfilled {summary.get('rows', 0):,} rows of {', '.join(cfg.tables)} into "
+          f"{args.out}; hand-over point {summary.get('consistent_point')}: apply it with "
+          f"pgoutput-fast pipeline --backfill {args.out}", file=sys.stderr)
+    return 0
+
+
 def _log_mode(progress) -> bool:
     if progress == "log":
         return True
@@ -244,7 +317,7 @@ def _run(args, stop) -> int:
     return 0
 
 
-def _failed(exc: Exception, dsn, debug: bool) -> int:
+def _failed(exc: Exception, dsn, debug: bool, command: str = "capture") -> int:
     """One redacted line (and the redacted traceback under ``--debug``) for a known
     failure, the redacted traceback for a bug; the exit status."""
     from ..errors import UserError
@@ -252,7 +325,7 @@ def _failed(exc: Exception, dsn, debug: bool) -> int:
 
     def say(text):
         lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
-        print(f"pgoutput-fast capture: {redact('; '.join(lines), dsn)}", file=sys.stderr,
+        print(f"pgoutput-fast {command}: {redact('; '.join(lines), dsn)}", file=sys.stderr,
               flush=True)
 
     def traceback_():

@@ -235,6 +235,10 @@ def _check_identity(rec, out, system_id, database, slot, pubs):
     st = rec.state
     if st is None:
         return
+    if (st.snapshot or {}).get("kind") == "backfill":
+        raise DirectoryRefused(
+            f"{out} holds a backfill (pgoutput-fast snapshot), not a capture: a capture "
+            "never writes into it. Nothing was changed: give the capture's own --out")
     problems = []
     if st.system_identifier is not None and st.system_identifier != system_id:
         problems.append(f"server (system identifier {st.system_identifier}, now {system_id})")

@@ -485,13 +485,14 @@ def _connect_worker(dsn, snapshot_name, application_name):
     return conn, cur
 
 
-def create_slot_exported(stream, slot: str, two_phase: bool) -> tuple:
+def create_slot_exported(stream, slot: str, two_phase: bool, temporary: bool = False) -> tuple:
     """Create ``slot`` over the replication connection with an exported snapshot;
     ``(consistent_point, snapshot_name)``. The connection must then stay idle until
-    every worker has imported the snapshot."""
+    every worker has imported the snapshot. ``temporary``: the slot lives only as long
+    as the connection (a backfill's)."""
     import psycopg2
 
-    q = _quote_ident(slot)
+    q = _quote_ident(slot) + (" TEMPORARY" if temporary else "")
     if stream.version_num >= 150000:
         opts = "SNAPSHOT 'export'" + (", TWO_PHASE true" if two_phase else "")
         sql = f"CREATE_REPLICATION_SLOT {q} LOGICAL pgoutput ({opts})"
@@ -512,7 +513,8 @@ def create_slot_exported(stream, slot: str, two_phase: bool) -> tuple:
     return parse_lsn(point), snapshot_name
 
 
-def _reset_directory(out, state: CaptureState, file_mode, progress) -> CaptureState:
+def _reset_directory(out, state: CaptureState, file_mode, progress,
+                     snapshot: dict | None = None) -> CaptureState:
     """Start a cut-short snapshot again: a fresh checkpoint (``creating``) first, then
     the partial snapshot's segments and manifest go (the checkpoint proved them never
     readable and nothing confirmed)."""
@@ -525,7 +527,7 @@ def _reset_directory(out, state: CaptureState, file_mode, progress) -> CaptureSt
     fresh.slot = state.slot
     fresh.publications = state.publications
     fresh.options = state.options
-    fresh.snapshot = {"state": "creating", "slot": state.slot}
+    fresh.snapshot = snapshot or {"state": "creating", "slot": state.slot}
     write_checkpoint(out, fresh, file_mode)
     removed = []
     for name in sorted(os.listdir(out)):
@@ -634,11 +636,16 @@ def initial_snapshot(cfg, stream, rec, pubs, options, progress, stop_event, resu
                 pass
 
 
-def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_event, result):
+def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_event, result,
+          only_tables=None):
+    """Copy the published tables (or ``only_tables``, qualified names, each of which must
+    be published: a backfill, ``capture/backfill.py``) inside the exported snapshot.
+    With ``only_tables`` each table's rows are preceded by a synthetic Truncate of it,
+    so that applying them replaces whatever the table held."""
     from .columns import MessageColumns
     from .store import DirectoryWriter
     from ..encode import encode_message
-    from ..messages import Begin, Commit
+    from ..messages import Begin, Commit, Truncate
     from .stream import now_pg_us
 
     out = os.fspath(cfg.out)
@@ -655,6 +662,8 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
             conns.append(_connect_worker(cfg.dsn, snapshot_name,
                                          f"pgoutput-fast-snapshot-{i + 1}"))
         tables = published_tables(conns[0][1], state.publications, stream.version_num, binary)
+        if only_tables is not None:
+            tables = _only(tables, only_tables, state.publications)
     except BaseException:
         for conn, _cur in conns:
             conn.close()
@@ -752,6 +761,26 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
     cols = native[0].MessageColumns() if native is not None else MessageColumns()
     delay = float(getattr(cfg, "snapshot_chunk_delay", 0) or 0)   # tests only
     try:
+        if only_tables is not None:
+            # a backfill: first, one transaction per table holding a Truncate of it (the
+            # table's rows then replace what it held, also when it has none)
+            writer.begin(seq)
+            for ti, t in enumerate(tables):
+                lsn = base + chunk_no
+                chunk_no += 1
+                first = t.type_messages() + [t.relation_message()]
+                rel_msgs[ti] = first
+                cols.append(lsn, encode_message(Begin(lsn, commit_ts, 0)))
+                for m in first:
+                    cols.append(0, m)
+                cols.append(0, encode_message(Truncate(0, (t.relid,))))
+                cols.append(lsn, encode_message(Commit(0, lsn, lsn + 1, commit_ts)))
+                state.durable_lsn = lsn + 1
+                state.transactions += 1
+                summary.chunks += 1
+            n = len(cols)
+            writer.write(cols.take_arrays(next_ordinal))
+            next_ordinal += n
         while live:
             if stop_event.is_set() and not abort.is_set():
                 abort.set()
@@ -869,6 +898,19 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
                 conn.close()
             except Exception:
                 pass
+
+
+def _only(tables: list, names, pubs) -> list:
+    """The published tables named ``names`` (``schema.table``), in that order; a name
+    the publications do not publish is refused."""
+    by_name = {t.qualified: t for t in tables}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise ServerRefused(
+            f"{', '.join(missing)}: not published by {', '.join(pubs)} (as of the backfill's "
+            "snapshot): add it first (ALTER PUBLICATION ... ADD TABLE ...), then take the "
+            "backfill; a table published through its partitioned root is named by the root")
+    return [by_name[n] for n in names]
 
 
 def _tick(progress, stats, t0):

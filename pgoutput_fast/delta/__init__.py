@@ -24,9 +24,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .commit import (APP_ID, POSITION_KEY, BatchResult, DeltaApplyError, DeltaConflict,
-                     applied_columns, applied_position, check_renames, commit_batch, open_table,
-                     table_uri)
+from .commit import (APP_ID, BACKFILL_APP_ID, POSITION_KEY, BackfillRefused, BatchResult,
+                     DeltaApplyError, DeltaConflict, applied_columns, applied_position,
+                     backfill_needed, check_renames, commit_batch, open_table, table_uri)
 from .reduce import change_events, full_events, reduce_events, reduce_full
 
 
@@ -45,7 +45,8 @@ class ApplyError(DeltaApplyError):
 
 __all__ = ["apply_changeset", "apply_table", "ApplyError", "read_table", "DeltaImage", "table_uri",
            "applied_position", "table_mode", "filter_after", "BatchResult", "DeltaApplyError",
-           "DeltaConflict", "APP_ID", "POSITION_KEY", "HIDDEN_COLUMNS"]
+           "DeltaConflict", "APP_ID", "POSITION_KEY", "HIDDEN_COLUMNS", "apply_backfill",
+           "BackfillRefused", "BACKFILL_APP_ID", "backfill_needed"]
 
 #: columns of a stored row that are not the table's own
 HIDDEN_COLUMNS = ("_commit_lsn", "_seq", "_special", "_row_hash", "_dup")
@@ -84,19 +85,30 @@ def apply_table(typed: pa.Table, target, table: str, *, keys, replident: str, co
                 storage_options: dict | None = None, change_data_feed: bool = False,
                 configuration: dict | None = None, column_defaults: dict | None = None,
                 version_columns: list | None = None,
-                renames: dict | None = None) -> BatchResult:
+                renames: dict | None = None, backfill: int | None = None) -> BatchResult:
     """Merge one table's typed changes (the decoder's typed table, one or several
     relation versions concatenated; storage or decoder types) into its Delta table.
     ``version_columns``: the relation's column names, in order, of each version the
     batch's new changes use, oldest first (checked against the table's last ones for a
     rename); ``renames``: ``{old: new}`` or ``{old: None}`` settles a change that may be
-    a rename (``check_renames``)."""
+    a rename (``check_renames``). ``backfill``: the batch is a backfill taken at that
+    hand-over point (``apply_backfill``): it replaces the table's rows when
+    ``backfill_needed`` says so, whatever the table's position."""
     from ..storage_types import to_storage_table
 
     keys, columns = list(keys), list(columns)
     uri = table_uri(target, table)
     dt = open_table(uri, storage_options)
     position = applied_position(dt)
+    if backfill is not None:
+        if not backfill_needed(dt, table, backfill):
+            return BatchResult(table=table, uri=uri, changes=0, skipped=True,
+                               applied=list(position) if position else None,
+                               version=dt.version() if dt is not None else None, missing=0,
+                               inserted=0, updated=0, deleted=0, files_added=0,
+                               files_removed=0, seen=typed.num_rows, backfill=int(backfill))
+        position = None              # the backfill's rows, all of them, replace the table's
+        version_columns = None       # (and so do its columns)
     renamed: dict = {}
     if version_columns and dt is not None:
         prev = applied_columns(dt)
@@ -118,6 +130,11 @@ def apply_table(typed: pa.Table, target, table: str, *, keys, replident: str, co
                            inserted=0, updated=0, deleted=0, files_added=0, files_removed=0,
                            seen=total)
     trunc = _last_position(t, pc.equal(t.column("_op"), "t"))
+    if backfill is not None:
+        late = pc.sum(pc.cast(pc.greater_equal(t.column("_commit_lsn"), backfill), pa.int64()))
+        if trunc is None or late.as_py():
+            raise DeltaApplyError(f"{table}: not a backfill taken at {backfill} (no Truncate "
+                                  "first, or changes at or past its point): nothing applied")
     if trunc is not None:
         t = filter_after(t, trunc)
     t = t.filter(pc.not_equal(t.column("_op"), "t"))
@@ -140,7 +157,7 @@ def apply_table(typed: pa.Table, target, table: str, *, keys, replident: str, co
                         carries=carries, truncate=trunc is not None, position=last,
                         changes=t.num_rows + (trunc is not None), storage_options=storage_options,
                         configuration=config or None, column_defaults=column_defaults,
-                        renamed=renamed)
+                        renamed=renamed, backfill=backfill)
 
 
 def _unify(tables: list, table: str = "") -> pa.Table:
@@ -211,7 +228,9 @@ def _with_defaults(t: pa.Table, version, defaults: dict) -> pa.Table:
 
 def apply_changeset(changeset, target, *, tables=None, storage_options: dict | None = None,
                     change_data_feed: bool = False, column_defaults: dict | None = None,
-                    binary: bool | None = None, renames: dict | None = None) -> dict:
+                    binary: bool | None = None, renames: dict | None = None,
+                    backfills=(), backfill_storage_options: dict | None = None,
+                    _backfill: int | None = None) -> dict:
     """Merge a ``ChangeSet``'s typed tables (``Decoder(tables=True)``) into Delta tables
     under ``target``; ``{table: BatchResult}``. Each table commits on its own (Delta has
     no transaction across tables); a table that cannot be applied (a type change Delta
@@ -225,22 +244,44 @@ def apply_changeset(changeset, target, *, tables=None, storage_options: dict | N
     you know it (``column_defaults``: ``{table: {column: value}}``, the DEFAULT of a
     column added by ALTER TABLE, which PostgreSQL gives the rows that predate it).
     ``renames``: ``{table: {old: new}}`` (or ``{old: None}``) settles a change of the
-    column list that may be a RENAME COLUMN (the error that stops on one says so)."""
+    column list that may be a RENAME COLUMN (the error that stops on one says so).
+
+    ``backfills``: backfill directories (``pgoutput-fast snapshot``, local or URIs with
+    ``backfill_storage_options``), applied first (``apply_backfill``): a backfilled
+    table's rows are replaced by the backfill's, and of the changeset only its changes
+    at or after the backfill's point apply on top. A table whose backfill is refused
+    (``BackfillRefused``) is not applied further; ``ApplyError`` names it. A result
+    holds the backfill's own ``BatchResult`` under ``"backfill"``."""
     from ..storage_types import to_storage_table
 
+    results: dict = {}
+    errors: dict = {}
+    done_backfills: dict = {}
+    for bf in backfills or ():
+        try:
+            got = apply_backfill(bf, target, tables=tables, storage_options=storage_options,
+                                 change_data_feed=change_data_feed,
+                                 column_defaults=column_defaults,
+                                 backfill_storage_options=backfill_storage_options)
+        except ApplyError as exc:
+            got = exc.results
+            errors.update(exc.errors)
+        done_backfills.update(got)
     by_name: dict = {}
     for version, t in changeset.table_versions:
         by_name.setdefault(version.qualified_name, []).append((version, t))
-    results: dict = {}
-    errors: dict = {}
     for name in sorted(by_name):
         if tables is not None and name not in tables:
+            continue
+        if name in errors:      # its backfill was refused: nothing more of it
             continue
         parts = sorted(by_name[name], key=lambda p: p[0].version)
         last = parts[-1][0]
         # the versions with changes past the table's position (renames are checked
         # along them, from the table's own columns)
         position = applied_position(open_table(table_uri(target, name), storage_options))
+        if _backfill is not None:
+            position = None
         new_parts = [(v, t) for v, t in parts if filter_after(t, position).num_rows]
         defaults = (column_defaults or {}).get(name) or {}
         table_renames = (renames or {}).get(name) or {}
@@ -274,12 +315,46 @@ def apply_changeset(changeset, target, *, tables=None, storage_options: dict | N
                                         column_defaults=defaults,
                                         version_columns=[list(v.column_names)
                                                          for v, _ in new_parts],
-                                        renames=table_renames)
+                                        renames=table_renames, backfill=_backfill)
         except DeltaApplyError as exc:    # the other tables still apply
             errors[name] = exc
+    for name, r in done_backfills.items():
+        if name in results:
+            results[name]["backfill"] = r
+        else:
+            results[name] = r
     if errors:
         raise ApplyError(results, errors) from next(iter(errors.values()))
     return results
+
+
+def apply_backfill(backfill, target, *, tables=None, storage_options: dict | None = None,
+                   change_data_feed: bool = False, column_defaults: dict | None = None,
+                   backfill_storage_options: dict | None = None) -> dict:
+    """Apply a backfill directory (``pgoutput-fast snapshot``; a path, a URI, or a
+    ``capture.backfill.Backfill``) to the Delta tables under ``target``, by the
+    hand-over rule (``capture/backfill.py``): each of its tables (or those in
+    ``tables``) whose applied position is still below the backfill's point gets the
+    backfill's rows instead of its own, and the position ``(point - 1, max)``, so
+    that the capture's changes at or after the point apply on top; a table that has
+    the backfill (or a later one) already is skipped; one past the point is refused
+    (``BackfillRefused`` in ``ApplyError``). Decoded in this process (memory in
+    proportion to the backfill; the Spark pipeline's ``--backfill`` decodes on
+    executors). ``{table: BatchResult}``."""
+    from ..capture.backfill import Backfill, read_backfill
+    from ..capture.segments import read_segments
+    from ..decoder import Decoder
+
+    bf = backfill if isinstance(backfill, Backfill) else read_backfill(
+        backfill, storage_options=backfill_storage_options)
+    names = [n for n in bf.tables if tables is None or n in tables]
+    if not names:
+        return {}
+    seg = read_segments(bf.directory, storage_options=backfill_storage_options)
+    cs = Decoder(events=False, tables=True).feed(seg.column("data"), lsn=seg.column("lsn"))
+    return apply_changeset(cs, target, tables=names, storage_options=storage_options,
+                           change_data_feed=change_data_feed, column_defaults=column_defaults,
+                           binary=bf.binary, _backfill=bf.point)
 
 
 def read_table(target, table: str, storage_options: dict | None = None,

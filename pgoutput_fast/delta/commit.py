@@ -34,8 +34,9 @@ import pyarrow.compute as pc
 from ..errors import UserError
 from .reduce import STORED_META
 
-__all__ = ["APP_ID", "POSITION_KEY", "DeltaApplyError", "DeltaConflict", "table_uri",
-           "applied_position", "commit_batch", "BatchResult"]
+__all__ = ["APP_ID", "POSITION_KEY", "BACKFILL_APP_ID", "DeltaApplyError", "DeltaConflict",
+           "BackfillRefused", "table_uri", "applied_position", "backfill_needed",
+           "backfill_position", "commit_batch", "BatchResult"]
 
 log = logging.getLogger("pgoutput_fast.delta")
 
@@ -43,6 +44,9 @@ APP_ID = "pgoutput_fast"
 #: the sequence number of the position, in a transaction identifier of its own
 SEQ_APP_ID = "pgoutput_fast.seq"
 POSITION_KEY = "pgoutput_fast.position"
+#: the transaction identifier of backfills: version = the hand-over point of the last
+#: backfill applied to the table (``capture/backfill.py``)
+BACKFILL_APP_ID = "pgoutput_fast.backfill"
 _MAX_SEQ = 2 ** 63 - 1
 
 
@@ -52,6 +56,40 @@ class DeltaApplyError(UserError):
 
 class DeltaConflict(DeltaApplyError):
     """Another writer committed to the table while this batch was being applied."""
+
+
+class BackfillRefused(DeltaApplyError):
+    """A backfill whose hand-over point the table has already passed."""
+
+
+def backfill_position(point: int) -> tuple:
+    """The applied position a backfill taken at ``point`` leaves: every change that
+    commits before ``point`` is in it, every one at or after it is not."""
+    return int(point) - 1, _MAX_SEQ
+
+
+def backfill_needed(dt, table: str, point: int) -> bool:
+    """Whether the backfill with hand-over point ``point`` is to be applied to ``dt``
+    (the hand-over rule, ``capture/backfill.py``): False when it (or a later one) is
+    already applied; True while the table's applied position is below ``point``;
+    ``BackfillRefused`` when the table has applied changes at or past ``point``
+    (replacing its rows would lose them)."""
+    if dt is None:
+        return True
+    done = dt.transaction_version(BACKFILL_APP_ID)
+    if done is not None and int(done) >= point:
+        return False
+    position = applied_position(dt)
+    if position is not None and position[0] >= point:
+        from ..lsn import format_lsn
+
+        raise BackfillRefused(
+            f"{table}: the backfill taken at {format_lsn(point)} comes too late: the table "
+            f"has already applied the stream up to {format_lsn(position[0])}, at or past that "
+            "point, and its rows would replace those changes. Take the backfill again "
+            f"(pgoutput-fast snapshot --table {table}): a new backfill's point is past the "
+            "table's position; nothing of this table was written")
+    return True
 
 
 class BatchResult(dict):
@@ -424,15 +462,18 @@ def _rewrite_keyed(dt, source: pa.Table, keys: list, stored: pa.Schema, props):
             "num_target_rows_deleted": data.num_rows - keep.num_rows}
 
 
-def _commit_properties(table: str, position: tuple, extra: dict | None = None):
+def _commit_properties(table: str, position: tuple, extra: dict | None = None,
+                       backfill: int | None = None):
     from deltalake import CommitProperties, Transaction
 
     meta = {POSITION_KEY: json.dumps([int(position[0]), int(position[1])]),
             "pgoutput_fast.table": table}
     meta.update(extra or {})
-    return CommitProperties(custom_metadata=meta,
-                            app_transactions=[Transaction(APP_ID, int(position[0])),
-                                              Transaction(SEQ_APP_ID, int(position[1]))])
+    txns = [Transaction(APP_ID, int(position[0])), Transaction(SEQ_APP_ID, int(position[1]))]
+    if backfill is not None:
+        meta["pgoutput_fast.backfill"] = str(int(backfill))
+        txns.append(Transaction(BACKFILL_APP_ID, int(backfill)))
+    return CommitProperties(custom_metadata=meta, app_transactions=txns)
 
 
 def _conflict(table: str, uri: str, exc: Exception) -> DeltaConflict:
@@ -534,7 +575,7 @@ def commit_batch(dt, uri: str, table: str, *, mode: str, keys: list, columns: li
                  changes: int, storage_options: dict | None = None,
                  configuration: dict | None = None,
                  column_defaults: dict | None = None,
-                 renamed: dict | None = None) -> BatchResult:
+                 renamed: dict | None = None, backfill: int | None = None) -> BatchResult:
     """Write one reduced batch (``reduce_events`` / ``reduce_full`` / the inserts of an
     append-only table) to the Delta table at ``uri`` in one commit, with its position.
     ``dt`` is the table as it was when the batch's starting position was read (None: no
@@ -548,8 +589,16 @@ def commit_batch(dt, uri: str, table: str, *, mode: str, keys: list, columns: li
                          # the committing process: its memory is what a batch costs here)
                          reduced_rows=final.num_rows,
                          reduced_bytes=final.nbytes + (carries.nbytes if carries is not None else 0))
+    if backfill is not None:
+        # a backfill (its batch starts with a Truncate: it replaces the rows): the
+        # position it leaves, and its own record
+        if not truncate:
+            raise AssertionError("a backfill batch without its Truncate")
+        position = backfill_position(backfill)
+        result.update(applied=list(position), backfill=int(backfill))
     props = _commit_properties(table, position, {"pgoutput_fast.changes": str(changes),
-                                                 COLUMNS_KEY: json.dumps(list(columns))})
+                                                 COLUMNS_KEY: json.dumps(list(columns))},
+                               backfill)
     extra = ["_row_hash", "_dup"] if mode == "full" else []
     wp = _writer_properties()
 

@@ -66,7 +66,7 @@ def read_table(target, table, storage_options=None):
 def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = None,
                   table: str | None = None, catalog=None, storage_options: dict | None = None,
                   change_data_feed: bool = False, renames: dict | None = None,
-                  max_batch_changes: int | None = None):
+                  max_batch_changes: int | None = None, backfill: int | None = None):
     """Merge changes into the Delta tables under ``target`` (module doc).
 
     ``changes`` is either
@@ -92,8 +92,14 @@ def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = 
     commit of a table takes: more changes after the table's position are applied in
     consecutive parts of whole transactions (module doc), each its own commit with its
     own position. The result then sums the parts (``parts``: how many committed).
+    ``backfill``: the typed DataFrame is a backfill's (``pgoutput-fast snapshot``)
+    taken at that hand-over point: applied by ``pgoutput_fast.delta.backfill_needed``'s
+    rule, it replaces the table's rows, in one commit whatever its size (a reader never
+    sees a table half backfilled).
     """
     if _is_events(changes):
+        if backfill is not None:
+            raise ValueError("apply_changes(backfill=) takes a typed DataFrame of one table")
         if catalog is None:
             raise ValueError("apply_changes of change events needs catalog= (build_catalog): "
                              "the events hold text values, the tables typed columns")
@@ -124,7 +130,8 @@ def apply_changes(changes, target, keys=None, *, column_defaults: dict | None = 
         return results
     return _apply_typed(changes, target, keys, column_defaults=column_defaults, table=table,
                         storage_options=storage_options, change_data_feed=change_data_feed,
-                        renames=renames, max_batch_changes=max_batch_changes)
+                        renames=renames, max_batch_changes=max_batch_changes,
+                        backfill=backfill)
 
 
 def _position_filter(df, position):
@@ -184,7 +191,7 @@ _MAX_SEQ = 2 ** 63 - 1
 def _apply_typed(changes, target, keys=None, *, column_defaults: dict | None = None,
                  table: str | None = None, storage_options: dict | None = None,
                  change_data_feed: bool = False, renames: dict | None = None,
-                 max_batch_changes: int | None = None):
+                 max_batch_changes: int | None = None, backfill: int | None = None):
     from pyspark import StorageLevel
 
     from ..delta import applied_position, table_uri
@@ -204,16 +211,28 @@ def _apply_typed(changes, target, keys=None, *, column_defaults: dict | None = N
     uri = table_uri(target, table)
     dt = open_table(uri, storage_options)
     position = applied_position(dt)
+    if backfill is not None:
+        from ..delta import backfill_needed
+
+        if not backfill_needed(dt, table, backfill):
+            from ..delta import BatchResult
+
+            return BatchResult(table=table, uri=uri, changes=0, skipped=True,
+                               applied=list(position) if position else None,
+                               version=dt.version(), missing=0, inserted=0, updated=0,
+                               deleted=0, files_added=0, files_removed=0,
+                               backfill=int(backfill))
+        position = None          # its rows, all of them, replace the table's
     part = dict(meta=meta, table=table, uri=uri, keys=key_cols, columns=columns,
                 column_defaults=column_defaults, storage_options=storage_options,
-                change_data_feed=change_data_feed, renames=renames)
+                change_data_feed=change_data_feed, renames=renames, backfill=backfill)
 
     spark = changes.sparkSession
     with _uncompressed_cache(spark):
         ch = _position_filter(changes, position).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             n = ch.count()
-            if n <= limit:
+            if n <= limit or backfill is not None:
                 return _apply_part(ch, dt, position, **part)
             # over the limit: consecutive parts, each an ordinary batch with its own
             # commit and position (module doc), cut at transaction ends where it can
@@ -230,7 +249,7 @@ def _apply_typed(changes, target, keys=None, *, column_defaults: dict | None = N
 
 
 def _apply_part(ch, dt, position, *, meta, table, uri, keys, columns, column_defaults,
-                storage_options, change_data_feed, renames):
+                storage_options, change_data_feed, renames, backfill):
     """One batch (``ch``: the changes after ``position``) -> one Delta commit."""
     from pyspark.sql import functions as F
 
@@ -254,8 +273,14 @@ def _apply_part(ch, dt, position, *, meta, table, uri, keys, columns, column_def
     last = (int(summary["last"]["c"]), int(summary["last"]["s"]))
     trunc = summary["trunc"]
     used = sorted(int(v) for v in summary["versions"])
-    body, columns, renamed = _renames(ch, table, dt, [(v, ordered[v]) for v in used
-                                                      if v in ordered],
+    if backfill is not None and (trunc is None or last[0] >= backfill):
+        from ..delta import DeltaApplyError
+
+        raise DeltaApplyError(f"{table}: not a backfill taken at {backfill} (no "
+                              "Truncate first, or changes at or past its point): "
+                              "nothing applied")
+    body, columns, renamed = _renames(ch, table, dt if backfill is None else None,
+                                      [(v, ordered[v]) for v in used if v in ordered],
                                       list(columns), dict(renames or {}))
     if trunc is not None:
         body = _position_filter(body, (trunc["c"], trunc["s"]))
@@ -273,7 +298,8 @@ def _apply_part(ch, dt, position, *, meta, table, uri, keys, columns, column_def
                           final=final, carries=carries, truncate=trunc is not None,
                           position=last, changes=int(summary["n"]),
                           storage_options=storage_options, configuration=config,
-                          column_defaults=column_defaults, renamed=renamed)
+                          column_defaults=column_defaults, renamed=renamed,
+                          backfill=backfill)
     result["parts"] = 1
     return result
 

@@ -34,10 +34,14 @@ are rewritten; each commit records its position, so re-running is safe).
 def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, events_rate=False,
                  log=None, threads=4, storage_options=None, change_data_feed=False,
                  segments_storage_options=None, segments_filesystem=None,
-                 max_batch_changes=None) -> dict:
+                 max_batch_changes=None, backfills=()) -> dict:
     """Decode + apply every table (or ``tables``). Returns timings and per-table results.
     ``storage_options`` serve the segments and the tables, unless
-    ``segments_storage_options`` or ``segments_filesystem`` are given (module doc)."""
+    ``segments_storage_options`` or ``segments_filesystem`` are given (module doc).
+    ``backfills``: backfill directories (``pgoutput-fast snapshot``) of this capture,
+    applied first (``capture/backfill.py``, the hand-over rule): a backfilled table's
+    rows are replaced by the backfill's, then the capture's changes at or after its
+    point apply on top; a table whose backfill is refused is not applied further."""
     from .apply import ApplyError, apply_changes
     from .decode import (task_slots, build_catalog, decode, read_segments,
                          segment_groups, tables_of)
@@ -63,6 +67,14 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
         ev.write.format("noop").mode("overwrite").save()
         res["events_seconds"] = time.perf_counter() - t1
     t1 = time.perf_counter()
+    errors: dict = {}
+    res["backfills"] = {}
+    for bf_dir in backfills or ():
+        bf_res, bf_err = _apply_backfill(spark, bf_dir, segments, out, tables, column_defaults,
+                                         storage_options, seg_opts, segments_filesystem,
+                                         change_data_feed, say)
+        res["backfills"].update(bf_res)
+        errors.update(bf_err)
 
     def one(name):
         try:
@@ -79,9 +91,8 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max(1, threads)) as pool:
-        done = list(pool.map(one, tables or tables_of(catalog)))
+        done = list(pool.map(one, [n for n in tables or tables_of(catalog) if n not in errors]))
     changes = 0
-    errors = {}
     for name, r, exc in done:
         if exc is not None:
             errors[name] = exc
@@ -117,6 +128,57 @@ def _positive(text: str) -> int:
     return n
 
 
+def _apply_backfill(spark, bf_dir, segments, out, tables, column_defaults, storage_options,
+                    seg_opts, filesystem, change_data_feed, say):
+    """One backfill directory, decoded on Spark, applied table by table."""
+    from ..capture import load_state
+    from ..capture.backfill import read_backfill
+    from ..capture.errors import DirectoryRefused
+    from ..lsn import format_lsn
+    from .apply import apply_changes
+    from .decode import build_catalog, decode, read_segments, segment_groups, task_slots
+
+    bf = read_backfill(bf_dir, storage_options=seg_opts, filesystem=filesystem)
+    main = load_state(segments, storage_options=seg_opts, filesystem=filesystem)
+    if main is not None and (main.system_identifier, main.database) != (bf.system_identifier,
+                                                                       bf.database):
+        raise DirectoryRefused(f"{bf_dir}: a backfill of database {bf.database!r} of server "
+                               f"{bf.system_identifier}, the capture {segments} is of "
+                               f"{main.database!r} of {main.system_identifier}: give a backfill "
+                               "taken from the capture's database")
+    if main is not None and bool((main.options or {}).get("binary")) != bf.binary:
+        raise DirectoryRefused(f"{bf_dir}: taken in {'binary' if bf.binary else 'text'} mode, "
+                               "the capture is not: take it again with the capture's mode "
+                               "(pgoutput-fast snapshot --binary when capture has --binary)")
+    names = [n for n in bf.tables if not tables or n in tables]
+    results: dict = {}
+    errors: dict = {}
+    if not names:
+        return results, errors
+    groups = segment_groups(bf_dir, storage_options=seg_opts, filesystem=filesystem,
+                            max_pieces=task_slots(spark))
+    df = read_segments(spark, bf_dir, groups=groups, storage_options=seg_opts,
+                       filesystem=filesystem).cache()
+    try:
+        catalog = build_catalog(df)
+        for name in names:
+            try:
+                r = apply_changes(decode(df, catalog, table=name), out,
+                                  column_defaults=(column_defaults or {}).get(name),
+                                  storage_options=storage_options,
+                                  change_data_feed=change_data_feed, backfill=bf.point)
+            except Exception as exc:  # reported with the other tables
+                errors[name] = exc
+                continue
+            results[name] = r
+            say(f"{name}: backfill at {format_lsn(bf.point)} "
+                + ("already applied" if r["skipped"] else
+                   f"applied: {r['inserted']:,} rows -> Delta version {r['version']}"))
+    finally:
+        df.unpersist()
+    return results, errors
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--segments", required=True, metavar="DIR",
                    help="capture directory, local or a URI (s3://bucket/cdc, gs://, abfss://, "
@@ -142,6 +204,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="at most about N changes of a table in one Delta commit (default "
                         "1,000,000): more are applied in consecutive commits of whole "
                         "transactions; the driver holds one such part per table at a time")
+    p.add_argument("--backfill", action="append", default=[], metavar="DIR",
+                   help="a backfill directory of this capture (pgoutput-fast snapshot; "
+                        "repeatable): applied first, its tables' rows replace theirs, then "
+                        "only the capture's changes at or after its point apply")
 
 
 def run(args) -> int:
@@ -174,7 +240,8 @@ def run(args) -> int:
         res = run_pipeline(spark, args.segments, args.out, tables=args.table,
                            log=lambda m: print(m, flush=True),
                            change_data_feed=args.change_data_feed, storage_options=options,
-                           max_batch_changes=getattr(args, "max_batch_changes", None))
+                           max_batch_changes=getattr(args, "max_batch_changes", None),
+                           backfills=args.backfill)
     finally:
         spark.stop()
     secs = max(res["apply_seconds"], 1e-9)
