@@ -865,7 +865,7 @@ def _print_snapshot(out, summary, snap):
     print(f"{'snapshot':<10} {summary['rows']:,} rows of {nonempty} tables ({len(tables)} published) copied "
           f"in {summary['seconds']:.2f} s inside the slot's exported snapshot, consistent point "
           f"{summary['consistent_point']}; {summary['transactions']:,} synthetic transactions "
-          f"(xid 0, committed below it) in {summary["segments"]} segment{"" if summary["segments"] == 1 else "s"}", file=out)
+          f"(xid 0, committed below it) in {summary['segments']} segment{'' if summary['segments'] == 1 else 's'}", file=out)
 
 
 def _check_snapshot_ops(out, d, summary, snap) -> list:
