@@ -1,21 +1,31 @@
 """``pgoutput-fast demo``: PostgreSQL changes -> pgoutput -> typed Arrow tables, checked.
 
 1. Starts a private PostgreSQL (``pgoutput_fast.local_server.PostgresServer``), or connects to
-   ``--dsn``, and runs a workload (``demo.workload``): every supported type with its
-   edge values, inserts/updates/deletes under each replica identity, TOAST, TRUNCATE,
-   schema changes, a replication origin, logical messages, an OLTP-like bulk load, a
-   large streamed transaction with a savepoint rollback, an aborted transaction and,
-   from PostgreSQL 15 on, two-phase commit.
-2. Captures the stream from a temporary logical slot with the highest protocol
-   version the server supports, in binary mode (``--text``: text mode), through
-   ``pg_logical_slot_peek_binary_changes``, and writes it as a framed capture file.
-3. Decodes that file with one ``pgoutput_fast.Decoder`` (typed tables only), fed in
-   several batches cut at transaction boundaries, timed with ``perf_counter`` around
-   ``feed()`` alone.
-4. Replays the typed tables into a ``demo.image.TableImage`` and compares every
+   ``--dsn``, creates the workload's tables and loads a first set of rows into every one
+   of them (``workload.run_preload``: every type with its edge values, TOAST, NULLs,
+   each replica identity, each partition).
+2. Starts the real capture in this process (``capture.run_capture`` with
+   ``--create-slot --snapshot initial``, the highest protocol version the server
+   supports, binary mode or ``--text``): the slot is created with an exported snapshot,
+   the existing rows are copied inside it as synthetic transactions (op ``'r'``), then
+   the stream follows, into a capture directory.
+3. Runs the workload (``demo.workload``): changes to the preloaded rows and an OLTP-like
+   bulk load *while the snapshot is being copied*; then, once it is durable, inserts,
+   updates and deletes under each replica identity, TOAST, TRUNCATE, schema changes, a
+   replication origin, logical messages, a large streamed transaction with a savepoint
+   rollback, an aborted transaction and, from PostgreSQL 15 on, two-phase commit. The
+   capture stops once everything up to the workload's last WAL is durable and
+   confirmed (``CaptureConfig.until_lsn``).
+4. Decodes the capture directory (``iter_segments``) with one ``pgoutput_fast.Decoder``
+   (typed tables only), fed in several batches cut at transaction boundaries, timed with
+   ``perf_counter`` around ``feed()`` alone; checks that the rows of op ``'r'`` are
+   exactly what the snapshot copied, all below its consistent point.
+5. Replays the typed tables into a ``demo.image.TableImage`` and compares every
    table with PostgreSQL's own rows (``demo.truth``): row count, an
    order-independent checksum of the rows' canonical values (``arrow_values.freeze``), the
-   columns and their Arrow types. Exit status 1 if any table differs.
+   columns and their Arrow types. Unless ``--no-spark``, the same capture directory goes
+   through the Spark pipeline into Delta tables, compared the same way. Exit status 1 if
+   anything differs.
 
 Without PostgreSQL server binaries (and no ``--dsn``), or with ``--fixtures``, it decodes
 the captures bundled in a source checkout (``tests/fixtures``) instead and checks that
@@ -50,8 +60,8 @@ SCHEMA = "pgoutput_fast_demo"
 #: COMMENT ON SCHEMA marker: a schema without it is never dropped
 SCHEMA_MARK = "created by pgoutput-fast demo; safe to drop"
 
-#: logical_decoding_work_mem of the capturing session: the bulk load's small
-#: transactions arrive whole, the large workload transactions are streamed.
+#: logical_decoding_work_mem of capture's sessions (the walsender's): the bulk load's
+#: small transactions arrive whole, the large workload transactions are streamed.
 DECODING_WORK_MEM = "256kB"
 
 def added_column_defaults(schema):
@@ -78,16 +88,24 @@ FIXTURE_SCHEMA = "pgo"
 DESCRIPTION = """\
 Checks the whole path from PostgreSQL to typed Arrow tables against PostgreSQL itself.
 
-1. Starts a private PostgreSQL (or uses --dsn) and runs a workload: every supported
-   type, inserts/updates/deletes under each replica identity, TOAST, TRUNCATE, schema
-   changes, an origin, logical messages, a bulk load, a large streamed transaction with
-   a savepoint rolled back, an aborted transaction and two-phase commit (PostgreSQL 15+).
-2. Captures it from a temporary slot with the highest protocol version the server
-   supports, in binary mode (--text: text mode), into a framed capture file (--keep).
-3. Decodes it with pgoutput_fast.Decoder in several feed() calls cut at transaction
-   boundaries, and reports the decoder's throughput (feed() timed alone).
-4. Replays the typed tables into a TableImage and compares each table with PostgreSQL's
-   rows: count, an order-independent checksum, columns and Arrow types.
+1. Starts a private PostgreSQL (or uses --dsn), creates the tables and loads a first
+   set of rows: every supported type with edge values, TOAST, NULLs, each replica
+   identity, each partition.
+2. Captures with pgoutput-fast capture's own machinery (--create-slot --snapshot
+   initial, in this process): a new slot with an exported snapshot, the existing rows
+   copied inside it (op 'r'), then the stream, with the highest protocol version the
+   server supports, in binary mode (--text: text mode), into a capture directory.
+3. Meanwhile runs a workload: changes to the first rows and a bulk load while the
+   snapshot is copied; then inserts/updates/deletes under each replica identity, TOAST,
+   TRUNCATE, schema changes, an origin, logical messages, a large streamed transaction
+   with a savepoint rolled back, an aborted transaction and two-phase commit (15+).
+   The capture stops once all of it is durable and confirmed.
+4. Decodes the capture directory with pgoutput_fast.Decoder in several feed() calls
+   cut at transaction boundaries, reports the decoder's throughput (feed() timed
+   alone), and checks that the op 'r' rows are exactly the snapshot's.
+5. Replays the typed tables into a TableImage (and, unless --no-spark, runs the Spark
+   pipeline into Delta tables) and compares each table with PostgreSQL's rows: count,
+   an order-independent checksum, columns and Arrow types.
 
 Exit status: 0 all tables match, 1 a table differs, 2 the demo could not run.
 Without PostgreSQL server binaries it decodes the captures bundled in a source
@@ -132,10 +150,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dsn", metavar="DSN",
                    help="use this PostgreSQL (wal_level=logical, a superuser) instead of a "
                         f"private one: creates schema {SCHEMA}, a publication and a "
-                        "temporary slot with unique names, and drops them afterwards")
+                        "slot with unique names, and drops them afterwards")
     p.add_argument("--keep", action="store_true",
-                   help="keep the capture file (framed .pgoc, for `pgoutput-fast inspect`) "
-                        "and print its path")
+                   help="keep the capture directory (for `pgoutput-fast inspect DIR`, "
+                        "`decode DIR`) and the Delta tables, and print where they are")
     p.add_argument("--batches", type=int, default=8, metavar="N",
                    help="feed the decoder about N batches, cut at transaction boundaries "
                         "(default 8)")
