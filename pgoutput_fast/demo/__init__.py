@@ -617,7 +617,7 @@ def _run_server_in(args, out, workdir) -> int:
 
         # -- the rows the tables hold before the slot exists ---------------------------
         rows = args.rows
-        preload_rows = max(1_000, rows // 2)
+        preload_rows = max(500, rows // 10)
         t0 = time.perf_counter()
         try:
             loaded = workload.run_preload(conn, SCHEMA, rows=preload_rows, seed=5)
