@@ -623,7 +623,7 @@ def _run_server_in(args, out, workdir) -> int:
             loaded = workload.run_preload(conn, SCHEMA, rows=preload_rows, seed=5)
         except psycopg2.Error as exc:
             raise DemoError(f"loading the first rows failed: {str(exc).strip()}") from None
-        print(f"preload    {sum(loaded.values()):,} rows in {len(loaded)} tables before the slot exists: "
+        print(f"preload    {sum(loaded.values()):,} rows in every table before the slot exists: "
               f"every type and edge value ({loaded['alltypes']:,} rows), TOAST, NULLs, each replica "
               f"identity, each partition ... {time.perf_counter() - t0:.1f} s", file=out)
 
@@ -633,7 +633,7 @@ def _run_server_in(args, out, workdir) -> int:
                               two_phase, rows)
         live = _LiveCapture(cfg, dsn)
         live.start()
-        point = live.wait_snapshot(("copying", "done"))
+        point = live.wait_snapshot(("copying", "done"), "the slot's creation")
         print(f"capture    pgoutput-fast capture --snapshot initial, in this process: slot {slot} "
               f"created with an exported snapshot, consistent point {point}", file=out)
 
@@ -665,7 +665,7 @@ def _run_server_in(args, out, workdir) -> int:
         _run_steps(out, "workload", "(during the copy)", during)
         # DDL and TRUNCATE wait for the copy: they are not MVCC-safe for a snapshot
         # that is still being read (docs/demo.md)
-        snap = live.wait_snapshot(("done",))
+        snap = live.wait_snapshot(("done",), "the end of the snapshot")
         _run_steps(out, "", "(after the snapshot)", after)
         if max_prepared <= 0:
             print("           (max_prepared_transactions = 0 on this server: no two-phase workload)",
@@ -822,11 +822,17 @@ class _LiveCapture:
         if exc is None:
             return DemoError(f"the capture stopped before {what} (no error reported)")
         text = "; ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or type(exc).__name__
-        return DemoError(f"the capture failed before {what}: {redact(text, self.dsn)}")
+        hint = ""
+        if self.result is None and not os.path.exists(os.path.join(self.cfg.out, "checkpoint.json")):
+            hint = (" (capture streams over a replication connection: the server needs free "
+                    "max_wal_senders and max_replication_slots, and pg_hba.conf must let the "
+                    "role connect for replication)")
+        return DemoError(f"the capture failed before {what}: {redact(text, self.dsn)}{hint}")
 
-    def wait_snapshot(self, states):
-        """Wait until the checkpoint's snapshot state is one of ``states``; returns the
-        consistent point (text) or the snapshot record (``done``)."""
+    def wait_snapshot(self, states, what):
+        """Wait until the checkpoint's snapshot state is one of ``states`` (``what``
+        that means, for messages); returns the consistent point (text) or the snapshot
+        record (``done``)."""
         from ..lsn import format_lsn
 
         deadline = time.monotonic() + self.TIMEOUT
@@ -836,10 +842,9 @@ class _LiveCapture:
             if snap.get("state") in states:
                 return snap if states == ("done",) else format_lsn(snap["consistent_point"])
             if not self.thread.is_alive():
-                raise self._failed("the snapshot was " + " or ".join(states))
+                raise self._failed(what)
             if time.monotonic() > deadline:
-                raise DemoError(f"the snapshot was not {' or '.join(states)} after "
-                                f"{self.TIMEOUT:.0f} s")
+                raise DemoError(f"the capture did not reach {what} in {self.TIMEOUT:.0f} s")
             time.sleep(0.01)
 
     def finish(self, until_lsn):

@@ -182,6 +182,25 @@ def test_demo_needs_wal_level_logical(capsys):
     assert "wal_level = replica" in err and "wal_level = logical" in err
 
 
+@pytest.mark.postgres
+def test_demo_capture_refused(capsys):
+    """The server refuses capture's replication connection: one line that says what and
+    what to check, exit 2, and nothing left behind (schemas, publication, slot)."""
+    _need_server()
+    from pgoutput_fast.local_server import PostgresServer
+
+    with PostgresServer(extra_conf={"max_wal_senders": "0"}) as pg:
+        status = cli.main(["demo", "--dsn", pg.dsn(), "--rows", "small", "--no-spark"])
+        left = _demo_objects(pg)
+    err = capsys.readouterr().err
+    assert status == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("pgoutput-fast demo: the capture failed before the slot's creation: ")
+    assert "max_wal_senders" in lines[0] and "pg_hba.conf" in lines[0], err
+    assert left == {"slots": [], "publications": [], "schemas": [], "prepared": []}
+
+
 def test_demo_fixtures_fallback(capsys):
     """--fixtures (what the demo does without a server): text and binary captures agree."""
     # the tests' own copy: this also runs against an installed wheel, which has no tests/
