@@ -631,11 +631,13 @@ def _run_server_in(args, out, workdir) -> int:
         capdir = os.path.join(workdir, "capture")
         cfg = _capture_config(dsn, slot, pub, capdir, proto, binary, messages_opt, streaming,
                               two_phase, rows)
+        t0 = time.perf_counter()
         live = _LiveCapture(cfg, dsn)
         live.start()
         point = live.wait_snapshot(("copying", "done"), "the slot's creation")
         print(f"capture    pgoutput-fast capture --snapshot initial, in this process: slot {slot} "
-              f"created with an exported snapshot, consistent point {point}", file=out)
+              f"created with an exported snapshot, consistent point {point} ... "
+              f"{time.perf_counter() - t0:.1f} s", file=out)
 
         # -- workload: the first part while the snapshot is being copied --------------
         stream_rows = max(5_000, rows // 4)
