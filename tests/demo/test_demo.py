@@ -83,7 +83,7 @@ def test_demo_end_to_end():
     # demo checked that they are exactly the decoded 'r' rows
     snap = next(line for line in r.stdout.splitlines() if line.startswith("snapshot "))
     copied = int(snap.split()[1].replace(",", ""))
-    assert copied > 1000 and "consistent point" in snap, snap
+    assert copied > 500 and "consistent point" in snap, snap
     ops = next(line for line in r.stdout.splitlines() if line.startswith("ops "))
     assert ops.split()[1:3] == ["r", f"{copied:,}"], ops
     assert "while the copy ran" in ops, ops
