@@ -1,21 +1,31 @@
 """``pgoutput-fast demo``: PostgreSQL changes -> pgoutput -> typed Arrow tables, checked.
 
 1. Starts a private PostgreSQL (``pgoutput_fast.local_server.PostgresServer``), or connects to
-   ``--dsn``, and runs a workload (``demo.workload``): every supported type with its
-   edge values, inserts/updates/deletes under each replica identity, TOAST, TRUNCATE,
-   schema changes, a replication origin, logical messages, an OLTP-like bulk load, a
-   large streamed transaction with a savepoint rollback, an aborted transaction and,
-   from PostgreSQL 15 on, two-phase commit.
-2. Captures the stream from a temporary logical slot with the highest protocol
-   version the server supports, in binary mode (``--text``: text mode), through
-   ``pg_logical_slot_peek_binary_changes``, and writes it as a framed capture file.
-3. Decodes that file with one ``pgoutput_fast.Decoder`` (typed tables only), fed in
-   several batches cut at transaction boundaries, timed with ``perf_counter`` around
-   ``feed()`` alone.
-4. Replays the typed tables into a ``demo.image.TableImage`` and compares every
+   ``--dsn``, creates the workload's tables and loads a first set of rows into every one
+   of them (``workload.run_preload``: every type with its edge values, TOAST, NULLs,
+   each replica identity, each partition).
+2. Starts the real capture in this process (``capture.run_capture`` with
+   ``--create-slot --snapshot initial``, the highest protocol version the server
+   supports, binary mode or ``--text``): the slot is created with an exported snapshot,
+   the existing rows are copied inside it as synthetic transactions (op ``'r'``), then
+   the stream follows, into a capture directory.
+3. Runs the workload (``demo.workload``): changes to the preloaded rows and an OLTP-like
+   bulk load *while the snapshot is being copied*; then, once it is durable, inserts,
+   updates and deletes under each replica identity, TOAST, TRUNCATE, schema changes, a
+   replication origin, logical messages, a large streamed transaction with a savepoint
+   rollback, an aborted transaction and, from PostgreSQL 15 on, two-phase commit. The
+   capture stops once everything up to the workload's last WAL is durable and
+   confirmed (``CaptureConfig.until_lsn``).
+4. Decodes the capture directory (``iter_segments``) with one ``pgoutput_fast.Decoder``
+   (typed tables only), fed in several batches cut at transaction boundaries, timed with
+   ``perf_counter`` around ``feed()`` alone; checks that the rows of op ``'r'`` are
+   exactly what the snapshot copied, all below its consistent point.
+5. Replays the typed tables into a ``demo.image.TableImage`` and compares every
    table with PostgreSQL's own rows (``demo.truth``): row count, an
    order-independent checksum of the rows' canonical values (``arrow_values.freeze``), the
-   columns and their Arrow types. Exit status 1 if any table differs.
+   columns and their Arrow types. Unless ``--no-spark``, the same capture directory goes
+   through the Spark pipeline into Delta tables, compared the same way. Exit status 1 if
+   anything differs.
 
 Without PostgreSQL server binaries (and no ``--dsn``), or with ``--fixtures``, it decodes
 the captures bundled in a source checkout (``tests/fixtures``) instead and checks that
@@ -36,6 +46,8 @@ import sys
 import tempfile
 import time
 
+from ..lsn import format_lsn
+
 __all__ = ["add_arguments", "run", "main", "DemoError", "transaction_cuts", "plan_batches",
            "rows_checksum", "TableResult", "ROW_PRESETS"]
 
@@ -48,8 +60,8 @@ SCHEMA = "pgoutput_fast_demo"
 #: COMMENT ON SCHEMA marker: a schema without it is never dropped
 SCHEMA_MARK = "created by pgoutput-fast demo; safe to drop"
 
-#: logical_decoding_work_mem of the capturing session: the bulk load's small
-#: transactions arrive whole, the large workload transactions are streamed.
+#: logical_decoding_work_mem of capture's sessions (the walsender's): the bulk load's
+#: small transactions arrive whole, the large workload transactions are streamed.
 DECODING_WORK_MEM = "256kB"
 
 def added_column_defaults(schema):
@@ -76,16 +88,24 @@ FIXTURE_SCHEMA = "pgo"
 DESCRIPTION = """\
 Checks the whole path from PostgreSQL to typed Arrow tables against PostgreSQL itself.
 
-1. Starts a private PostgreSQL (or uses --dsn) and runs a workload: every supported
-   type, inserts/updates/deletes under each replica identity, TOAST, TRUNCATE, schema
-   changes, an origin, logical messages, a bulk load, a large streamed transaction with
-   a savepoint rolled back, an aborted transaction and two-phase commit (PostgreSQL 15+).
-2. Captures it from a temporary slot with the highest protocol version the server
-   supports, in binary mode (--text: text mode), into a framed capture file (--keep).
-3. Decodes it with pgoutput_fast.Decoder in several feed() calls cut at transaction
-   boundaries, and reports the decoder's throughput (feed() timed alone).
-4. Replays the typed tables into a TableImage and compares each table with PostgreSQL's
-   rows: count, an order-independent checksum, columns and Arrow types.
+1. Starts a private PostgreSQL (or uses --dsn), creates the tables and loads a first
+   set of rows: every supported type with edge values, TOAST, NULLs, each replica
+   identity, each partition.
+2. Captures with pgoutput-fast capture's own machinery (--create-slot --snapshot
+   initial, in this process): a new slot with an exported snapshot, the existing rows
+   copied inside it (op 'r'), then the stream, with the highest protocol version the
+   server supports, in binary mode (--text: text mode), into a capture directory.
+3. Meanwhile runs a workload: changes to the first rows and a bulk load while the
+   snapshot is copied; then inserts/updates/deletes under each replica identity, TOAST,
+   TRUNCATE, schema changes, an origin, logical messages, a large streamed transaction
+   with a savepoint rolled back, an aborted transaction and two-phase commit (15+).
+   The capture stops once all of it is durable and confirmed.
+4. Decodes the capture directory with pgoutput_fast.Decoder in several feed() calls
+   cut at transaction boundaries, reports the decoder's throughput (feed() timed
+   alone), and checks that the op 'r' rows are exactly the snapshot's.
+5. Replays the typed tables into a TableImage (and, unless --no-spark, runs the Spark
+   pipeline into Delta tables) and compares each table with PostgreSQL's rows: count,
+   an order-independent checksum, columns and Arrow types.
 
 Exit status: 0 all tables match, 1 a table differs, 2 the demo could not run.
 Without PostgreSQL server binaries it decodes the captures bundled in a source
@@ -130,10 +150,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dsn", metavar="DSN",
                    help="use this PostgreSQL (wal_level=logical, a superuser) instead of a "
                         f"private one: creates schema {SCHEMA}, a publication and a "
-                        "temporary slot with unique names, and drops them afterwards")
+                        "slot with unique names, and drops them afterwards")
     p.add_argument("--keep", action="store_true",
-                   help="keep the capture file (framed .pgoc, for `pgoutput-fast inspect`) "
-                        "and print its path")
+                   help="keep the capture directory (for `pgoutput-fast inspect DIR`, "
+                        "`decode DIR`) and the Delta tables, and print where they are")
     p.add_argument("--batches", type=int, default=8, metavar="N",
                    help="feed the decoder about N batches, cut at transaction boundaries "
                         "(default 8)")
@@ -532,7 +552,6 @@ def _run_server_in(args, out, workdir) -> int:
 
     import psycopg2
 
-    from ..framing import read_capture, write_framed
     from .. import sqlcapture
     from . import workload
     from .truth import PgCatalog, published_tables, table_truth
@@ -542,6 +561,7 @@ def _run_server_in(args, out, workdir) -> int:
     t_start = time.perf_counter()
     server = None
     conn = cap = None
+    live = None
     created = False
     origin_existed = True
     pub = slot = None
@@ -582,75 +602,85 @@ def _run_server_in(args, out, workdir) -> int:
         pub = f"pgoutput_fast_demo_pub_{suffix}"
         slot = f"pgoutput_fast_demo_{suffix}"
         try:
-            created = True  # from here on, clean up the schemas and the publication
+            created = True  # from here on, clean up the schemas, the publication, the slot
             workload.create_schema(conn, SCHEMA, publication=pub)
             for sch in (SCHEMA, SCHEMA + "_priv"):
                 workload._exec(conn, f"COMMENT ON SCHEMA {sch} IS %s", (SCHEMA_MARK,))
-            sqlcapture.session_settings(cap)
-            workload._exec(cap, "SET logical_decoding_work_mem = %s", (DECODING_WORK_MEM,))
-            # temporary: dropped by PostgreSQL when this session ends, whatever happens
-            workload.create_slot(cap, slot, two_phase=two_phase, temporary=True)
+            sqlcapture.session_settings(cap)   # the text forms PostgreSQL's rows are read in
             if use_origin:
                 origin_existed = bool(workload._exec(
                     conn, "SELECT 1 FROM pg_replication_origin WHERE roname = %s", (workload.ORIGIN_NAME,)))
         except psycopg2.Error as exc:
-            raise DemoError(f"could not set up the demo schema, publication and slot: "
+            raise DemoError(f"could not set up the demo schema and publication: "
                             f"{str(exc).strip()} (the demo needs a superuser, or a role that may "
                             "create publications and replication slots)") from None
 
-        # -- workload ------------------------------------------------------------------
+        # -- the rows the tables hold before the slot exists ---------------------------
         rows = args.rows
+        preload_rows = max(500, rows // 10)
+        t0 = time.perf_counter()
+        try:
+            loaded = workload.run_preload(conn, SCHEMA, rows=preload_rows, seed=5)
+        except psycopg2.Error as exc:
+            raise DemoError(f"loading the first rows failed: {str(exc).strip()}") from None
+        print(f"preload    {sum(loaded.values()):,} rows in every table before the slot exists: "
+              f"every type and edge value ({loaded['alltypes']:,} rows), TOAST, NULLs, each replica "
+              f"identity, each partition ... {time.perf_counter() - t0:.1f} s", file=out)
+
+        # -- capture: a new slot, its snapshot copied, then the stream ----------------
+        capdir = os.path.join(workdir, "capture")
+        cfg = _capture_config(dsn, slot, pub, capdir, proto, binary, messages_opt, streaming,
+                              two_phase, rows)
+        t0 = time.perf_counter()
+        live = _LiveCapture(cfg, dsn)
+        live.start()
+        point = live.wait_snapshot(("copying", "done"), "the slot's creation")
+        print(f"capture    pgoutput-fast capture --snapshot initial, in this process: slot {slot} "
+              f"created with an exported snapshot, consistent point {point} ... "
+              f"{time.perf_counter() - t0:.1f} s", file=out)
+
+        # -- workload: the first part while the snapshot is being copied --------------
         stream_rows = max(5_000, rows // 4)
         twophase_rows = max(2_000, rows // 10)
-        steps = [
+        during = [
+            ("changes to the preloaded rows: updates (a key, TOAST unchanged and new, a "
+             "partition move), deletes under each replica identity",
+             lambda: workload.run_preload_changes(conn, SCHEMA)),
+            (f"bulk: {rows:,} random rows in transactions of 100, then updates, key changes, deletes",
+             lambda: workload.run_bulk(conn, SCHEMA, rows=rows, seed=11)),
+        ]
+        after = [
             ("basic: every type and edge value, updates/deletes per replica identity, TOAST, "
              "TRUNCATE, schema changes, logical messages, a rolled-back transaction"
              + (", an origin" if use_origin else ""),
              lambda: workload.run_basic(conn, SCHEMA, seed=7, origin=use_origin)),
-            (f"bulk: {rows:,} random rows in transactions of 100, then updates, key changes, deletes",
-             lambda: workload.run_bulk(conn, SCHEMA, rows=rows, seed=11)),
             (f"large transactions: {stream_rows:,} rows with a savepoint rolled back, "
              f"and {stream_rows // 2:,} rows aborted" + (" (streamed)" if streaming else ""),
              lambda: workload.run_streaming(conn, SCHEMA, rows=stream_rows, origin=use_origin)),
         ]
         if max_prepared > 0:
-            steps.append((f"two-phase: prepared + committed, prepared + rolled back, {twophase_rows:,} "
+            after.append((f"two-phase: prepared + committed, prepared + rolled back, {twophase_rows:,} "
                           "rows prepared" + ("" if two_phase else " (decoded as ordinary commits)"),
                           lambda: workload.run_two_phase(conn, SCHEMA, rows=twophase_rows,
                                                          origin=use_origin)))
-        else:
+        t0 = time.perf_counter()
+        _run_steps(out, "workload", "(during the copy)", during)
+        # DDL and TRUNCATE wait for the copy: they are not MVCC-safe for a snapshot
+        # that is still being read (docs/demo.md)
+        snap = live.wait_snapshot(("done",), "the end of the snapshot")
+        _run_steps(out, "", "(after the snapshot)", after)
+        if max_prepared <= 0:
             print("           (max_prepared_transactions = 0 on this server: no two-phase workload)",
                   file=out)
-        t0 = time.perf_counter()
-        for i, (label, step) in enumerate(steps):
-            print(f"{'workload' if i == 0 else '':<10} {label}", file=out)
-            out.flush()
-            try:
-                step()
-            except psycopg2.Error as exc:
-                raise DemoError(f"the workload failed: {str(exc).strip()}") from None
         print(f"{'':<10} ... {time.perf_counter() - t0:.1f} s", file=out)
 
-        # -- capture -------------------------------------------------------------------
+        # -- the stop: everything the workload wrote is durable and confirmed ---------
         t0 = time.perf_counter()
-        captured = sqlcapture.peek_changes(
-            cap, slot, proto_version=proto, publication_names=pub, binary=binary,
-            messages=messages_opt, streaming=streaming, two_phase=two_phase)
-        path = os.path.join(workdir, f"demo-v{proto}-{'binary' if binary else 'text'}.pgoc")
-        write_framed(path, [d for _, _, d in captured], [lsn for lsn, _, _ in captured])
-        t_capture = time.perf_counter() - t0
-        opts = [f"proto_version {proto}", "binary" if binary else "text"]
-        if streaming:
-            opts.append(f"streaming {'parallel' if streaming == 'parallel' else 'on'}")
-        if two_phase:
-            opts.append("two_phase on")
-        if messages_opt:
-            opts.append("messages on")
-        del captured
-        lsns, messages = read_capture(path)
-        print(f"capture    {len(messages):,} messages ({', '.join(opts)}) from a temporary slot, "
-              f"{_mb(os.path.getsize(path)):.2f} MB framed file ... {t_capture:.1f} s", file=out)
-        print(f"{'':<10} {_message_counts(messages)}", file=out)
+        end = sqlcapture.wait_for_wal_flush(conn)
+        result = live.finish(end)
+        t_stop = time.perf_counter() - t0
+        state = live.state()
+        summary = state.snapshot["summary"]
 
         # -- ground truth, while the server is up -------------------------------------
         t0 = time.perf_counter()
@@ -659,53 +689,259 @@ def _run_server_in(args, out, workdir) -> int:
             truths = [table_truth(cur, s, t, cat) for s, t in published_tables(cur, pub) if s == SCHEMA]
         t_truth = time.perf_counter() - t0
     finally:
+        if live is not None:
+            live.abandon()
         _cleanup_server(out, conn, cap, server, created, pub, slot, origin_existed, dsn_mode=bool(args.dsn))
+
+    # -- the capture directory, as any reader sees it -----------------------------------
+    lsns, messages, nseg = _read_directory(capdir)
+    opts = [f"proto_version {proto}", "binary" if binary else "text"]
+    if streaming:
+        opts.append(f"streaming {'parallel' if streaming == 'parallel' else 'on'}")
+    if two_phase:
+        opts.append("two_phase on")
+    if messages_opt:
+        opts.append("messages on")
+    _print_snapshot(out, summary, snap)
+    print(f"{'stream':<10} until {format_lsn(end)}, durable and confirmed {t_stop:.1f} s after the "
+          f"workload's last commit", file=out)
+    print(f"{'directory':<10} {len(messages):,} messages ({', '.join(opts)}) in {nseg} Parquet segments "
+          f"(manifest, checkpoint), {_mb(_dir_bytes(capdir)):.2f} MB, "
+          f"{result.transactions:,} transactions", file=out)
+    print(f"{'':<10} {_message_counts(messages)}", file=out)
 
     # -- decode, replay, compare ---------------------------------------------------
     d = Decoded(messages, lsns, args.batches)
     _print_decode(out, d, "binary" if binary else "text")
     _print_typed(out, d.changesets, f"{SCHEMA}.alltypes")
+    snap_problems = _check_snapshot_ops(out, d, summary, snap)
     img, replay_error, t_replay = replay(d.changesets, added_column_defaults(SCHEMA))
     print(f"replay     {img.applied:,} changes applied to a TableImage in {t_replay:.1f} s; "
           f"PostgreSQL's rows read in {t_truth:.1f} s", file=out)
     results = [compare_with_truth(t, img, binary) for t in truths]
     right = "decoded + replayed"
     if getattr(args, "spark", False):
-        results = _spark_pipeline(args, out, workdir, messages, lsns, binary, d, truths, results)
+        results = _spark_pipeline(args, out, workdir, capdir, binary, d, truths, results)
         right = "Delta table (Spark)"
     bad = _print_table(out, results, ("table", "PostgreSQL (SELECT)", right))
     print(file=out)
     print("checksum: sum mod 2^64 of BLAKE2b-64 over each row's canonical values "
           "(arrow_values.freeze); match = same columns, Arrow types and rows", file=out)
     ok_mark, bad_mark = _marks(out)
+    for p in snap_problems:
+        print(f"{bad_mark} snapshot: {p}", file=out)
     if replay_error:
         print(f"{bad_mark} replay error: {replay_error}", file=out)
-    if bad or replay_error:
+    if bad or replay_error or snap_problems:
         print(f"{bad_mark} {len(bad)} of {len(results)} tables differ", file=out)
     else:
         print(f"{ok_mark} all {len(results)} tables match", file=out)
     if args.keep:
-        print(f"capture kept: {path}\n  pgoutput-fast inspect {path} | less", file=out)
+        print(f"capture kept: {capdir}\n  pgoutput-fast inspect {capdir} | less", file=out)
     print(f"total {time.perf_counter() - t_start:.1f} s", file=out)
-    return 1 if (bad or replay_error) else 0
+    return 1 if (bad or replay_error or snap_problems) else 0
 
 
-def write_segments(directory, messages, lsns, batches, options) -> int:
-    """Write a capture directory (``pgoutput_fast.capture`` format: segments, manifest
-    and checkpoint, through ``capture.write_capture``), one segment per batch
-    ``(start, end)`` (cut at transaction boundaries). Returns the number of segments."""
-    import pyarrow as pa
+def _run_steps(out, head, note, steps):
+    import psycopg2
 
-    from ..capture import SEGMENT_SCHEMA, write_capture
-
-    tables = (pa.table([pa.array(lsns[a:b], pa.int64()), pa.array(messages[a:b], pa.binary()),
-                        pa.array(range(a, b), pa.int64())], schema=SEGMENT_SCHEMA)
-              for a, b in batches)
-    return write_capture(directory, tables, options).last_segment
+    for i, (label, step) in enumerate(steps):
+        print(f"{head if i == 0 else '':<10} {label}" + (f" {note}" if i == 0 else ""), file=out)
+        out.flush()
+        try:
+            step()
+        except psycopg2.Error as exc:
+            raise DemoError(f"the workload failed: {str(exc).strip()}") from None
 
 
-def _spark_pipeline(args, out, workdir, messages, lsns, binary, d, truths, replay_results):
-    """Segments -> local Spark: decode + apply -> Delta tables, compared with PostgreSQL."""
+def _capture_dsn(dsn):
+    """``dsn`` with ``logical_decoding_work_mem`` set for capture's sessions (the
+    walsender's): the bulk load's small transactions arrive whole, the large ones are
+    streamed."""
+    from psycopg2.extensions import make_dsn, parse_dsn
+
+    opts = parse_dsn(dsn).get("options") or ""
+    return make_dsn(dsn, options=(opts + " " if opts else "")
+                    + f"-c logical_decoding_work_mem={DECODING_WORK_MEM}")
+
+
+def _capture_config(dsn, slot, pub, capdir, proto, binary, messages_opt, streaming, two_phase,
+                    rows):
+    from ..capture import CaptureConfig
+
+    return CaptureConfig(
+        _capture_dsn(dsn), slot, [pub], capdir, create_slot=True, snapshot="initial",
+        proto_version=str(proto), binary=binary, messages=messages_opt,
+        streaming=("parallel" if streaming == "parallel" else "on") if streaming else None,
+        two_phase=two_phase,
+        # about 16 segments at any --rows (~850 bytes of stream per bulk row): the
+        # decoder and Spark read several, as they would a long capture
+        segment_bytes=max(1 << 20, rows * 56), segment_seconds=60.0,
+        progress="off", max_reconnects=0, slot_busy_timeout=5.0)
+
+
+class _LiveCapture:
+    """``capture.run_capture`` in a thread of this process, as ``pgoutput-fast capture
+    --create-slot --snapshot initial`` would run it, stopped at an LSN."""
+
+    #: how long the demo waits for the snapshot and for the end of the stream
+    TIMEOUT = 600.0
+
+    def __init__(self, cfg, dsn):
+        import threading
+
+        self.cfg = cfg
+        self.dsn = dsn
+        self.stop = threading.Event()
+        self.result = None
+        self.error = None
+        self.thread = threading.Thread(target=self._run, name="pgoutput-fast demo capture",
+                                       daemon=True)
+
+    def _run(self):
+        from ..capture import run_capture
+
+        try:
+            self.result = run_capture(self.cfg, self.stop)
+        except BaseException as exc:
+            self.error = exc
+
+    def start(self):
+        self.thread.start()
+
+    def state(self):
+        from ..capture import load_state
+
+        try:
+            return load_state(self.cfg.out)
+        except Exception:      # being replaced, or not there yet
+            return None
+
+    def _failed(self, what):
+        from ..capture.dsn import redact
+
+        exc = self.error
+        if exc is None:
+            return DemoError(f"the capture stopped before {what} (no error reported)")
+        text = "; ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or type(exc).__name__
+        hint = ""
+        if self.result is None and not os.path.exists(os.path.join(self.cfg.out, "checkpoint.json")):
+            hint = (" (capture streams over a replication connection: the server needs free "
+                    "max_wal_senders and max_replication_slots, and pg_hba.conf must let the "
+                    "role connect for replication)")
+        return DemoError(f"the capture failed before {what}: {redact(text, self.dsn)}{hint}")
+
+    def wait_snapshot(self, states, what):
+        """Wait until the checkpoint's snapshot state is one of ``states`` (``what``
+        that means, for messages); returns the consistent point (text) or the snapshot
+        record (``done``)."""
+        from ..lsn import format_lsn
+
+        deadline = time.monotonic() + self.TIMEOUT
+        while True:
+            st = self.state()
+            snap = (st.snapshot if st is not None else None) or {}
+            if snap.get("state") in states:
+                return snap if states == ("done",) else format_lsn(snap["consistent_point"])
+            if not self.thread.is_alive():
+                raise self._failed(what)
+            if time.monotonic() > deadline:
+                raise DemoError(f"the capture did not reach {what} in {self.TIMEOUT:.0f} s")
+            time.sleep(0.01)
+
+    def finish(self, until_lsn):
+        """Stop once everything up to ``until_lsn`` is durable and confirmed."""
+        self.cfg.until_lsn = until_lsn
+        self.thread.join(self.TIMEOUT)
+        if self.thread.is_alive():
+            raise DemoError(f"the capture did not reach the end of the workload in {self.TIMEOUT:.0f} s")
+        if self.error is not None or self.result is None:
+            raise self._failed("the end of the workload")
+        return self.result
+
+    def abandon(self):
+        """After a failure: stop the capture (it confirms nothing more) and wait for it."""
+        if self.thread.is_alive():
+            self.stop.set()
+            self.thread.join(60)
+
+
+def _read_directory(capdir):
+    """``(lsns, messages, segments)`` of a capture directory, through ``iter_segments``
+    (every segment verified against the manifest and checkpoint)."""
+    from ..capture import iter_segments
+
+    lsns, messages, n = [], [], 0
+    for table in iter_segments(capdir, columns=("lsn", "data")):
+        lsns += table.column("lsn").to_pylist()
+        messages += table.column("data").to_pylist()
+        n += 1
+    return lsns, messages, n
+
+
+def _dir_bytes(path):
+    return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+
+
+def _print_snapshot(out, summary, snap):
+    """What the initial snapshot copied, and what the workload did meanwhile."""
+    tables = summary["tables"]
+    nonempty = sum(1 for t in tables.values() if t["rows"])
+    print(f"{'snapshot':<10} {summary['rows']:,} rows of {nonempty} tables ({len(tables)} published) copied "
+          f"in {summary['seconds']:.2f} s inside the slot's exported snapshot, consistent point "
+          f"{summary['consistent_point']}; {summary['transactions']:,} synthetic transactions "
+          f"(xid 0, committed below it) in {summary['segments']} segment{'' if summary['segments'] == 1 else 's'}", file=out)
+
+
+def _check_snapshot_ops(out, d, summary, snap) -> list:
+    """The decoded rows of op 'r' are the snapshot's, all below the consistent point;
+    every streamed row is above it. Prints the counts, and how many streamed
+    transactions committed while the copy ran; returns the problems."""
+    import datetime
+
+    from ..lsn import parse_lsn
+
+    point = parse_lsn(summary["consistent_point"])
+    ops: collections.Counter = collections.Counter()
+    per_table: collections.Counter = collections.Counter()
+    misplaced = 0
+    utc = datetime.timezone.utc
+    started = datetime.datetime.fromtimestamp(snap["started"], utc)
+    finished = datetime.datetime.fromtimestamp(snap["finished"], utc)
+    during = set()
+    for cs in d.changesets:
+        for version, t in cs.table_versions:
+            op = t.column("_op").to_pylist()
+            clsn = t.column("_commit_lsn").to_pylist()
+            cts = t.column("_commit_ts").to_pylist()
+            ops.update(op)
+            for o, c, ts in zip(op, clsn, cts):
+                if (o == "r") != (c < point):
+                    misplaced += 1
+                elif o == "r":
+                    per_table[version.qualified_name] += 1
+                elif ts is not None and started <= ts <= finished:
+                    during.add(c)
+    order = "rcud"
+    print(f"{'ops':<10} " + "  ".join(f"{o} {ops[o]:,}" for o in sorted(
+        ops, key=lambda o: (order.index(o) if o in order else 9, o)))
+        + " (r: a row of the snapshot, ahead of every streamed change); "
+        f"{len(during):,} streamed transactions committed while the copy ran", file=out)
+    problems = []
+    if misplaced:
+        problems.append(f"{misplaced:,} rows on the wrong side of the consistent point "
+                        f"{summary['consistent_point']} (op 'r' must be below it, every other op above)")
+    want = {name: t["rows"] for name, t in summary["tables"].items() if t["rows"]}
+    if dict(per_table) != want:
+        diff = sorted(n for n in set(want) | set(per_table) if want.get(n, 0) != per_table.get(n, 0))
+        problems.append("decoded op 'r' rows differ from what the snapshot copied: " + ", ".join(
+            f"{n} {per_table.get(n, 0):,} decoded, {want.get(n, 0):,} copied" for n in diff[:5]))
+    return problems
+
+
+def _spark_pipeline(args, out, workdir, segdir, binary, d, truths, replay_results):
+    """The capture directory -> local Spark: decode + apply -> Delta tables, compared
+    with PostgreSQL."""
     try:
         import pyspark
     except ImportError:
@@ -715,11 +951,6 @@ def _spark_pipeline(args, out, workdir, messages, lsns, binary, d, truths, repla
     from ..spark import get_spark
     from ..spark.pipeline import run_pipeline
 
-    segdir = os.path.join(workdir, "segments")
-    nseg = write_segments(segdir, messages, lsns, plan_batches(messages, max(8, args.batches * 2)),
-                          {"binary": binary})
-    print(f"segments   {nseg} Parquet segment files cut at transaction boundaries "
-          f"(the capture format) in {segdir if args.keep else 'a temp dir'}", file=out)
     out.flush()
     t0 = time.perf_counter()
     spark = get_spark(args.master, "pgoutput-fast demo")
@@ -764,6 +995,27 @@ def _spark_pipeline(args, out, workdir, messages, lsns, binary, d, truths, repla
     return results
 
 
+def _drop_slot(cap, slot, timeout=10.0):
+    """Drop the demo's slot once no walsender holds it; a problem (text) or None."""
+    deadline = time.monotonic() + timeout
+    try:
+        with cap.cursor() as cur:
+            while True:
+                cur.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+                row = cur.fetchone()
+                if row is None:
+                    return None
+                if row[0] is None:
+                    cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                    return None
+                if time.monotonic() > deadline:
+                    cur.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+                    deadline = time.monotonic() + timeout
+                time.sleep(0.05)
+    except Exception as exc:
+        return f"SELECT pg_drop_replication_slot('{slot}'): {str(exc).strip()}"
+
+
 def _cleanup_server(out, conn, cap, server, created, pub, slot, origin_existed, dsn_mode):
     """Drop what the demo made (--dsn), close the sessions, stop a private server."""
     problems = []
@@ -782,13 +1034,11 @@ def _cleanup_server(out, conn, cap, server, created, pub, slot, origin_existed, 
                 workload._exec(conn, sql)
             except Exception as exc:
                 problems.append(f"{sql}: {str(exc).strip()}")
-    if cap is not None and slot is not None:
-        try:  # temporary anyway; dropping it now releases its WAL at once
-            with cap.cursor() as cur:
-                cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                            "WHERE slot_name = %s", (slot,))
-        except Exception:
-            pass
+    if dsn_mode and cap is not None and slot is not None:
+        # capture's slot is permanent: its walsender exits just after capture returns
+        problem = _drop_slot(cap, slot)
+        if problem:
+            problems.append(problem)
     for c in (conn, cap):
         if c is not None:
             try:

@@ -38,6 +38,9 @@ __all__ = [
     "run_streaming",
     "run_two_phase",
     "run_bulk",
+    "run_preload",
+    "run_preload_changes",
+    "PRELOAD_BASE",
     "pg_array_literal",
 ]
 
@@ -743,3 +746,108 @@ def run_bulk(conn, schema: str = "pgo", rows: int = 10000, seed: int = 1, *,
         span = step * every
         for lo in range(base, base + rows, span):
             _exec(conn, f"{sql} AND id >= %s AND id < %s", (lo, lo + span))
+
+
+#: first id of the rows ``run_preload`` puts in ``alltypes``, ``stream_t`` and
+#: ``twophase_t`` (the other workloads use smaller ids, and ``run_bulk`` 1,000,000 up
+#: to 1,000,000 + rows, and 6,000,000 up for its key changes)
+PRELOAD_BASE = 20_000_000
+
+
+def run_preload(conn, schema: str = "pgo", rows: int = 2000, seed: int = 3, *,
+                distinct: int = 1000) -> dict:
+    """Rows the tables hold *before* a slot exists: what an initial snapshot copies.
+
+    Every table of ``create_schema`` gets rows whose keys no other ``run_*`` function
+    uses: ``alltypes`` the hand-written edge-value rows (``_special_rows``, ids from
+    ``PRELOAD_BASE``) and ``rows`` random rows (every type, NULLs, Unicode; beyond
+    ``distinct`` the values repeat); TOASTed values (``toasty``, ``ri_full``, an
+    out-of-line key in ``toastkey``); each replica identity; each partition of
+    ``parted``; ``nocols``; ``trunc_parent``/``trunc_child`` (``run_basic``'s TRUNCATE
+    ... CASCADE empties them); ``evolve`` (``run_basic`` then adds and drops columns);
+    ``stream_t`` and ``twophase_t`` (``run_streaming`` and ``run_two_phase`` update and
+    delete some of them). A few large transactions. ``run_preload_changes`` then
+    updates and deletes some of these rows. Returns ``{table: rows inserted}``.
+    """
+    from psycopg2.extras import execute_values
+
+    rng = random.Random(seed)
+    s = _q(schema)
+    b = PRELOAD_BASE
+    names = ", ".join(c for c, _ in ALLTYPES_COLUMNS)
+    counts: dict = {}
+    special = [[str(b + int(r[0]))] + r[1:] for r in _special_rows()]
+    pool = [_rand_row(rng, 0) for _ in range(min(distinct, rows))]
+    step = 1000
+    with _tx(conn) as cur:
+        _insert_alltypes(cur, schema, special)
+        for start in range(0, rows, step):
+            batch = [[str(b + 100 + i)] + pool[i % len(pool)][1:]
+                     for i in range(start, min(rows, start + step))]
+            execute_values(cur, f"INSERT INTO {s}.alltypes ({names}) VALUES %s", batch,
+                           page_size=step)
+    counts["alltypes"] = len(special) + rows
+    big = [_big(rng, n) for n in (9500, 11000, 8200)]
+    key_big = "P" + _big(rng, 2600)
+    other = rows // 4
+    with _tx(conn) as cur:
+        cur.execute(f"INSERT INTO {s}.ri_default (id, val, n) SELECT g, 'pre ' || g, "
+                    f"CASE WHEN g % 5 = 0 THEN NULL ELSE g END FROM generate_series(1001, 1100) g")
+        cur.execute(f"INSERT INTO {s}.ri_full (id, val, n) VALUES (1001, 'pre-full', 1), "
+                    f"(1002, NULL, NULL), (1003, %s, 3), (1004, %s, 4)", (big[0], big[1]))
+        cur.execute(f"INSERT INTO {s}.ri_index (id, code, val) SELECT g, 'P' || g, "
+                    f"CASE WHEN g % 3 = 0 THEN NULL ELSE 'v' || g END FROM generate_series(1, 20) g")
+        cur.execute(f"INSERT INTO {s}.ri_nothing (id, val) VALUES (1001, 'pre'), (1002, NULL)")
+        cur.execute(f"INSERT INTO {s}.toasty (id, big, small) VALUES (1001, %s, 1), "
+                    f"(1002, %s, 2), (1003, %s, NULL), (1004, 'short', 4)", tuple(big))
+        cur.execute(f"INSERT INTO {s}.toastkey (k, v) VALUES (%s, 1), ('pre-short-key', NULL)",
+                    (key_big,))
+        cur.execute(f"INSERT INTO {s}.nocols DEFAULT VALUES")
+        cur.execute(f"INSERT INTO {s}.trunc_parent (v) VALUES ('pre1'), ('pre2'), (NULL)")
+        cur.execute(f"INSERT INTO {s}.trunc_child (parent_id, v) VALUES (1, 'pre-c1'), (3, NULL)")
+        cur.execute(f"INSERT INTO {s}.parted (id, region, val) SELECT g, "
+                    f"(ARRAY['eu', 'us', 'zz'])[g % 3 + 1], 'pre' || g FROM generate_series(1001, 1030) g")
+        cur.execute(f"INSERT INTO {s}.evolve (id, a) VALUES (1001, 'pre-a'), (1002, NULL)")
+    with _tx(conn) as cur:
+        cur.execute(f"INSERT INTO {s}.stream_t SELECT g, g %% 10, md5(g::text) "
+                    f"FROM generate_series(%s, %s) g", (b + 1, b + other))
+        cur.execute(f"INSERT INTO {s}.twophase_t SELECT g, md5(g::text) "
+                    f"FROM generate_series(%s, %s) g", (b + 1, b + other))
+    counts.update(ri_default=100, ri_full=4, ri_index=20, ri_nothing=2, toasty=4, toastkey=2,
+                  nocols=1, trunc_parent=3, trunc_child=2, parted=30, evolve=2,
+                  stream_t=other, twophase_t=other)
+    return counts
+
+
+def run_preload_changes(conn, schema: str = "pgo") -> None:
+    """Changes to rows ``run_preload`` inserted (run after the snapshot): updates (of
+    every type, a key, a TOASTed row left unchanged and one given a new value, a row
+    moved to another partition), deletes under each replica identity, in a few
+    transactions."""
+    s = _q(schema)
+    b = PRELOAD_BASE
+    with _tx(conn) as cur:
+        cur.execute(f"UPDATE {s}.alltypes SET c_text = 'pre updated', c_int8 = c_int8 / 2, "
+                    f"c_jsonb = NULL, c_int4arr = c_int4arr || 9 WHERE id BETWEEN %s AND %s",
+                    (b + 1, b + 3))
+        cur.execute(f"UPDATE {s}.alltypes SET c_bool = NOT c_bool, c_num = -c_num "
+                    f"WHERE id >= %s AND id %% 7 = 0", (b + 100,))
+        cur.execute(f"UPDATE {s}.alltypes SET id = id + 1000000 WHERE id >= %s AND id %% 11 = 0",
+                    (b + 100,))
+        cur.execute(f"DELETE FROM {s}.alltypes WHERE id = %s OR (id >= %s AND id %% 13 = 0)",
+                    (b + 5, b + 100))
+    with _tx(conn) as cur:
+        cur.execute(f"UPDATE {s}.ri_default SET val = val || ' upd' WHERE id % 10 = 1 AND id > 1000")
+        cur.execute(f"UPDATE {s}.ri_default SET id = id + 1000 WHERE id = 1002")
+        cur.execute(f"DELETE FROM {s}.ri_default WHERE id BETWEEN 1090 AND 1100")
+        cur.execute(f"UPDATE {s}.ri_full SET n = 44 WHERE id = 1004")      # old row out of line
+        cur.execute(f"DELETE FROM {s}.ri_full WHERE id IN (1002, 1003)")
+        cur.execute(f"UPDATE {s}.ri_index SET code = 'Q' || id WHERE id % 4 = 0")
+        cur.execute(f"DELETE FROM {s}.ri_index WHERE id = 5")
+        cur.execute(f"UPDATE {s}.toasty SET small = 11 WHERE id = 1001")   # unchanged TOAST: 'u'
+        cur.execute(f"UPDATE {s}.toasty SET big = repeat('y', 9100) WHERE id = 1002")
+        cur.execute(f"DELETE FROM {s}.toasty WHERE id = 1004")
+        cur.execute(f"UPDATE {s}.toastkey SET v = 2 WHERE k LIKE 'P%'")   # out-of-line key
+        cur.execute(f"UPDATE {s}.parted SET region = 'eu' WHERE id = 1001")  # moves partition
+        cur.execute(f"DELETE FROM {s}.parted WHERE id = 1002")
+        cur.execute(f"UPDATE {s}.evolve SET a = 'pre-a2' WHERE id = 1001")

@@ -1,4 +1,5 @@
-"""``pgoutput-fast demo`` end to end: workload -> capture -> decode -> image == PostgreSQL.
+"""``pgoutput-fast demo`` end to end: preload -> capture (snapshot + stream) -> decode ->
+image == PostgreSQL.
 
 The demo is the README's main job. These tests run it for real (a private server, or the
 session's server through ``--dsn``), check that every table matches, that the check can
@@ -16,7 +17,7 @@ import sys
 import pytest
 
 import pgoutput_fast
-from pgoutput_fast import cli, demo
+from pgoutput_fast import capture, cli, demo
 from pgoutput_fast.framing import read_capture
 from pgoutput_fast.demo import workload
 from pgoutput_fast.local_server import find_bindir
@@ -78,6 +79,14 @@ def test_demo_end_to_end():
     if "proto_version 3" in r.stdout or "proto_version 4" in r.stdout:
         assert {"b", "P", "K", "r", "p"} <= kinds, counts  # two-phase
     assert "binary" in r.stdout and "MB/s" in r.stdout and "rows/s" in r.stdout
+    # the tables held rows before the slot: the snapshot copied them (op 'r'), and the
+    # demo checked that they are exactly the decoded 'r' rows
+    snap = next(line for line in r.stdout.splitlines() if line.startswith("snapshot "))
+    copied = int(snap.split()[1].replace(",", ""))
+    assert copied > 500 and "consistent point" in snap, snap
+    ops = next(line for line in r.stdout.splitlines() if line.startswith("ops "))
+    assert ops.split()[1:3] == ["r", f"{copied:,}"], ops
+    assert "while the copy ran" in ops, ops
     # the Spark pipeline ran: segments -> decode -> apply -> snapshots compared above
     assert "Delta table (Spark)" in r.stdout and "decode (change events) in mapInArrow" in r.stdout
 
@@ -113,12 +122,16 @@ def test_demo_reports_a_dropped_row(pg_server, monkeypatch, capsys):
     assert all(line.rstrip().endswith("✓") for name, line in lines.items() if name != victim), out
     assert f"1 of {len(DEMO_TABLES)} tables differ" in out
     assert f"✗ {victim}:" in out  # followed by what differs
+    # the row dropped is the first of the table: one the snapshot copied
+    assert dropped[0]["_op"] == "r", dropped
+    assert f"snapshot: decoded op 'r' rows differ from what the snapshot copied: {victim}" in out
     assert _demo_objects(pg_server) == {"slots": [], "publications": [], "schemas": [], "prepared": []}
 
 
 @pytest.mark.postgres
 def test_demo_dsn_text_keep(pg_server, capsys):
-    """--dsn --text --keep: matches, keeps an inspectable capture, leaves nothing behind."""
+    """--dsn --text --keep: matches, keeps the capture directory (inspectable), leaves
+    nothing behind on the server (its slot included)."""
     status = cli.main(["demo", "--dsn", pg_server.dsn(), "--rows", "small", "--text", "--keep",
                        "--no-spark"])
     out = capsys.readouterr().out
@@ -127,8 +140,11 @@ def test_demo_dsn_text_keep(pg_server, capsys):
     path = next(line.split("capture kept:", 1)[1].strip() for line in out.splitlines()
                 if line.startswith("capture kept:"))
     try:
+        state = capture.load_state(path)
+        assert state.snapshot["state"] == "done" and state.options["binary"] is False
         lsns, msgs = read_capture(path)
-        assert len(msgs) > 1000 and all(lsns)
+        # the snapshot's Inserts carry LSN 0, the stream's changes their WAL record's
+        assert len(msgs) > 1000 and any(lsns) and not all(lsns)
         assert cli.main(["inspect", path, "--limit", "3"]) == 0
         assert len(capsys.readouterr().out.splitlines()) == 3
     finally:
@@ -164,6 +180,25 @@ def test_demo_needs_wal_level_logical(capsys):
     err = capsys.readouterr().err
     assert status == 2
     assert "wal_level = replica" in err and "wal_level = logical" in err
+
+
+@pytest.mark.postgres
+def test_demo_capture_refused(capsys):
+    """The server refuses capture's replication connection: one line that says what and
+    what to check, exit 2, and nothing left behind (schemas, publication, slot)."""
+    _need_server()
+    from pgoutput_fast.local_server import PostgresServer
+
+    with PostgresServer(extra_conf={"max_wal_senders": "0"}) as pg:
+        status = cli.main(["demo", "--dsn", pg.dsn(), "--rows", "small", "--no-spark"])
+        left = _demo_objects(pg)
+    err = capsys.readouterr().err
+    assert status == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("pgoutput-fast demo: the capture failed before the slot's creation: ")
+    assert "max_wal_senders" in lines[0] and "pg_hba.conf" in lines[0], err
+    assert left == {"slots": [], "publications": [], "schemas": [], "prepared": []}
 
 
 def test_demo_fixtures_fallback(capsys):
