@@ -17,8 +17,8 @@
 # By default the tests that drive the native code run (the decoder, the message and value
 # codecs, capture's native receive loop and the snapshot's native COPY reader, the CLI,
 # the decoder inside Spark's Python workers), in PGOUTPUT_FAST_TEST_WORKERS (2) pytest
-# workers, with one cell in 8 of the decoder's block-cut matrices (tests marked
-# `matrix`, 1,747 cells of which the normal suite runs every one): the cells rotate
+# workers, with one cell in 16 of the decoder's block-cut matrices (tests marked
+# `matrix`, 1,747 cells; the normal suite runs one in 3): the cells rotate
 # with the date (--matrix-seed), so successive days' runs cover the whole matrix. Left
 # out, because they exercise Python code, delta-rs or Spark's own work and take most of
 # their time there: the Delta sink, the demo, Spark's pipeline tests, capture's fault,
@@ -66,7 +66,7 @@ if [ $# -eq 0 ]; then
     set -- tests/decoder tests/messages tests/values tests/cli tests/capture/test_capture.py \
         tests/capture/test_capture_loop.py tests/capture/test_snapshot.py::test_snapshot_then_stream \
         tests/spark/test_spark.py::test_decode_udf_rows_in_any_order \
-        -m "not slow" --matrix-sample 8 --matrix-seed "$(date -u +%F)" \
+        -m "not slow" --matrix-sample 16 --matrix-seed "$(date -u +%F)" \
         -n "${PGOUTPUT_FAST_TEST_WORKERS:-2}" --dist worksteal
 fi
 # pytest runs in $BUILD: test paths are the source tree's
