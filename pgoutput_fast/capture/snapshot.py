@@ -461,13 +461,15 @@ class SnapshotSummary:
         self.consistent_point = 0
         self.snapshot_name = None
         self.workers = 0
-        self.write_seconds = 0.0    # the writer thread in Parquet encoding, fsync, checkpoints
+        self.encode_seconds = 0.0   # the encoder threads in Parquet encoding and hashing
+        self.write_seconds = 0.0    # the writer thread in writing and fsyncing segments
 
     def to_json(self) -> dict:
         return {"consistent_point": format_lsn(self.consistent_point), "rows": self.rows,
                 "copy_bytes": self.bytes, "message_bytes": self.message_bytes,
                 "transactions": self.chunks, "segments": self.segments,
                 "seconds": round(self.seconds, 3), "workers": self.workers,
+                "encode_seconds": round(self.encode_seconds, 3),
                 "write_seconds": round(self.write_seconds, 3),
                 "rows_per_s": round(self.rows / self.seconds) if self.seconds else None,
                 "tables": self.tables}
@@ -635,6 +637,8 @@ def initial_snapshot(cfg, stream, rec, pubs, options, progress, stop_event, resu
 
 
 def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_event, result):
+    import pyarrow as pa
+
     from .columns import MessageColumns
     from .store import DirectoryWriter
     from ..encode import encode_message
@@ -668,7 +672,14 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
     for ti, *_rest in tasks:
         stats[tables[ti].qualified]["tasks"] += 1
     started: dict = {}
-    chunk_bytes = max(64 << 10, min(cfg.chunk_bytes, cfg.memory_bytes // (4 * nworkers)))
+    # memory: at most 3 chunks per worker (2 queued, 1 being filled) plus the
+    # transactions in the pipeline (``pending_bytes``: being encoded or written), about
+    # --memory-budget in all
+    chunk_bytes = max(64 << 10, min(cfg.chunk_bytes, cfg.memory_bytes // (8 * nworkers)))
+    encoders = max(1, min(os.cpu_count() or 1, nworkers + 1))
+    pending_bytes = max(2 * chunk_bytes, cfg.memory_bytes // 2)
+    # small enough that consecutive segments are encoded at the same time
+    segment_bytes = max(chunk_bytes, min(cfg.segment_bytes, pending_bytes // (encoders + 1)))
     chunks: queue.Queue = queue.Queue(maxsize=2 * nworkers)
     task_q: queue.Queue = queue.Queue()
     for t in tasks:
@@ -740,16 +751,18 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
                                        "server_version_num": stream.version_num,
                                        "snapshot": {"consistent_point": point}})
     writer.note_confirmable(state.confirmable_lsn)
+    pipe = _Pipeline(writer, cfg.compression, encoders, pending_bytes, abort, errors, summary)
     base = point - min(LSN_SPAN, point - 1)
     commit_ts = now_pg_us()
     rel_msgs = [None] * len(tables)
     seq = state.last_segment + 1
     seg_bytes = 0
+    seg_open = False
     next_ordinal = state.next_ordinal
     chunk_no = 0
     live = len(threads)
     last_tick = time.monotonic()
-    cols = native[0].MessageColumns() if native is not None else MessageColumns()
+    new_cols = native[0].MessageColumns if native is not None else MessageColumns
     delay = float(getattr(cfg, "snapshot_chunk_delay", 0) or 0)   # tests only
     try:
         while live:
@@ -778,19 +791,24 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
             if rel_msgs[ti] is None:
                 t = tables[ti]
                 rel_msgs[ti] = t.type_messages() + [t.relation_message()]
-            cols.append(lsn, encode_message(Begin(lsn, commit_ts, 0)))
+            # the transaction as three runs of arrays, the Inserts' without a copy (the
+            # worker's buffers move to Arrow); the Inserts keep LSN 0 (no WAL record of
+            # their own: _lsn is null)
+            head = new_cols()
+            head.append(lsn, encode_message(Begin(lsn, commit_ts, 0)))
             for m in rel_msgs[ti]:
-                cols.append(0, m)
-            # the Inserts keep LSN 0 (no WAL record of their own: _lsn is null)
-            cols.extend_from(msgs, 0, len(msgs))
-            cols.append(lsn, encode_message(Commit(0, lsn, lsn + 1, commit_ts)))
-            n = len(cols)
+                head.append(0, m)
+            tail = new_cols()
+            tail.append(lsn, encode_message(Commit(0, lsn, lsn + 1, commit_ts)))
+            nh, n = len(head), len(head) + len(msgs) + 1
+            parts = [head.take_arrays(next_ordinal), msgs.take_arrays(next_ordinal + nh),
+                     tail.take_arrays(next_ordinal + n - 1)]
             del msgs
-            tw = time.monotonic()
-            if not writer.open:
-                writer.begin(seq)
-            writer.write(cols.take_arrays(next_ordinal))
-            summary.write_seconds += time.monotonic() - tw
+            columns = [pa.chunked_array([p[i] for p in parts]) for i in range(3)]
+            del parts
+            if not pipe.add(seq, columns, nbytes):
+                continue      # aborted
+            seg_open = True
             next_ordinal += n
             seg_bytes += nbytes
             summary.chunks += 1
@@ -799,14 +817,12 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
             state.transactions += 1
             if delay:
                 time.sleep(delay)
-            if seg_bytes >= cfg.segment_bytes:
+            if seg_bytes >= segment_bytes:
                 state.next_ordinal = next_ordinal
-                tw = time.monotonic()
-                state = writer.commit(state)
-                summary.write_seconds += time.monotonic() - tw
+                pipe.close(seq, state.copy())
                 seq += 1
                 seg_bytes = 0
-                summary.segments += 1
+                seg_open = False
             now = time.monotonic()
             if now - last_tick >= progress.interval:
                 last_tick = now
@@ -816,17 +832,19 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
         if errors:
             raise errors[0]
         if abort.is_set():
+            pipe.finish()
             writer.discard()
             progress.event("snapshot_stopped",
                            note="stopped before the snapshot was complete; nothing was "
                                 "confirmed, the next start copies it again")
             return None
-        if writer.open:
+        if seg_open:
             state.next_ordinal = next_ordinal
-            tw = time.monotonic()
-            state = writer.commit(state)
-            summary.write_seconds += time.monotonic() - tw
-            summary.segments += 1
+            pipe.close(seq, state.copy())
+        # every segment written, fsynced and in the (fsynced) manifest
+        pipe.finish()
+        if errors:
+            raise errors[0]
         for conn, _cur in conns:
             try:
                 conn.rollback()
@@ -854,6 +872,7 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
         return state
     except BaseException:
         abort.set()
+        pipe.finish()
         writer.discard()
         raise
     finally:
@@ -869,6 +888,151 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
                 conn.close()
             except Exception:
                 pass
+
+
+class _Pipeline:
+    """The snapshot's segments, encoded in parallel and written in order.
+
+    The copy loop ``add``s each transaction (a row group) to segment ``seq`` and
+    ``close``s the segment when it is full. Segment ``seq`` is encoded in memory by
+    encoder thread ``seq % encoders`` (``store.SegmentEncoder``: Parquet, page
+    checksums, SHA-256; pyarrow and hashlib run without the GIL), so consecutive
+    segments are encoded at the same time, while the COPY goes on. One writer thread
+    takes the encoded segments in order and makes each durable
+    (``DirectoryWriter.add_segment``: write, fsync, rename, directory fsync, manifest
+    line fsynced) and then the checkpoint given to ``close`` (still ``copying``, as
+    capture's after each segment). ``finish()`` returns when every closed segment is durable (or the
+    pipeline failed: the error is in ``errors``, ``abort`` is set).
+
+    Memory: the bytes of transactions added and not yet durable are bounded by
+    ``max_pending`` (``add`` waits for room).
+    """
+
+    def __init__(self, writer, compression, encoders, max_pending, abort, errors, summary):
+        self.writer = writer
+        self.compression = compression
+        self.abort = abort
+        self.errors = errors
+        self.summary = summary
+        self.max_pending = max_pending
+        self.pending = 0
+        self.held: dict = {}            # seq -> bytes added, released when durable
+        self._room = threading.Condition()
+        self._enc_q: list = [queue.SimpleQueue() for _ in range(max(1, encoders))]
+        self._write_q: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._encode, args=(q,), daemon=True,
+                                          name=f"pgoutput-fast-snapshot-encoder-{i + 1}")
+                         for i, q in enumerate(self._enc_q)]
+        self._threads.append(threading.Thread(target=self._write, daemon=True,
+                                              name="pgoutput-fast-snapshot-writer"))
+        for th in self._threads:
+            th.start()
+        self._finished = False
+
+    def _spent(self, seconds):
+        with self._room:
+            self.summary.encode_seconds += seconds
+
+    def _fail(self, exc):
+        if not self.errors:
+            self.errors.append(exc)
+        self.abort.set()
+
+    # the copy loop's side
+    def add(self, seq, columns, nbytes) -> bool:
+        """Queue one transaction for segment ``seq``; False when aborted."""
+        with self._room:
+            while self.pending and self.pending + nbytes > self.max_pending:
+                if self.abort.is_set():
+                    return False
+                self._room.wait(0.2)
+            if self.abort.is_set():
+                return False
+            self.pending += nbytes
+            self.held[seq] = self.held.get(seq, 0) + nbytes
+        self._enc_q[seq % len(self._enc_q)].put(("add", seq, columns))
+        return True
+
+    def close(self, seq, state):
+        """Segment ``seq`` is complete; once it is durable, the writer thread writes the
+        checkpoint ``state`` (still ``copying``: readers see no segment yet)."""
+        from concurrent.futures import Future
+
+        done: Future = Future()
+        self._enc_q[seq % len(self._enc_q)].put(("close", seq, done))
+        self._write_q.put((seq, done, state))
+
+    def finish(self):
+        if self._finished:
+            return
+        self._finished = True
+        self._write_q.put(None)
+        for q in self._enc_q:
+            q.put(("stop", None, None))
+        for th in self._threads:
+            th.join()
+
+    # encoder threads
+    def _encode(self, q):
+        from .store import SegmentEncoder
+
+        enc = None
+        while True:
+            kind, seq, payload = q.get()
+            if kind == "stop":
+                return
+            try:
+                if kind == "add":
+                    if self.abort.is_set():
+                        enc = None
+                        continue
+                    if enc is None:
+                        enc = SegmentEncoder(self.writer.schema, self.compression)
+                    t = time.monotonic()
+                    enc.write(payload)
+                    payload = None
+                    self._spent(time.monotonic() - t)
+                elif kind == "close":
+                    if enc is None or self.abort.is_set():
+                        payload.set_exception(_Aborted())
+                        enc = None
+                        continue
+                    t = time.monotonic()
+                    data, digest = enc.finish()
+                    self._spent(time.monotonic() - t)
+                    payload.set_result((data, digest, enc.first_ordinal, enc.rows))
+                    enc = None
+            except BaseException as exc:
+                enc = None
+                self._fail(exc)
+                if kind == "close":
+                    payload.set_exception(_Aborted())
+
+    # the writer thread
+    def _write(self):
+        while True:
+            item = self._write_q.get()
+            if item is None:
+                return
+            seq, done, state = item
+            try:
+                data, digest, first, rows = done.result()
+                if self.abort.is_set():
+                    continue
+                t = time.monotonic()
+                self.writer.add_segment(seq, data, digest, first, rows)
+                del data
+                self.writer.checkpoint(state)
+                self.summary.write_seconds += time.monotonic() - t
+                self.summary.segments += 1
+            except _Aborted:
+                pass
+            except BaseException as exc:
+                self._fail(exc)
+            finally:
+                with self._room:
+                    self.pending -= self.held.pop(seq, 0)
+                    self._room.notify_all()
 
 
 def _tick(progress, stats, t0):
