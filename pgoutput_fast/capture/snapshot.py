@@ -82,6 +82,9 @@ LSN_SPAN = 1 << 24
 #: a table is split into block ranges of about this many blocks (8 kB each) when
 #: there is more than one worker
 RANGE_BLOCKS = 4096
+#: snapshot segments hold at most this many bytes of messages (and at most
+#: --segment-size); a chunk (one transaction, one row group) at most a quarter of it
+SEGMENT_BYTES = 16 << 20
 #: user-defined types start here (PostgreSQL's FirstGenbkiObjectId): pgoutput sends a
 #: Type message for them
 FIRST_USER_OID = 10000
@@ -475,16 +478,64 @@ class SnapshotSummary:
                 "tables": self.tables}
 
 
-def _connect_worker(dsn, snapshot_name, application_name):
+def _connect_worker(dsn, application_name):
+    """A worker's connection with capture's session settings (not yet in the snapshot:
+    ``_enter_snapshot``)."""
     import psycopg2
 
     conn = psycopg2.connect(dsn, application_name=application_name)
-    conn.autocommit = True
-    cur = conn.cursor()
-    cur.execute("; ".join(f"SET {name} = '{value}'" for name, value in SESSION_SETTINGS))
+    try:
+        conn.autocommit = True
+        cur = conn.cursor()
+        cur.execute("; ".join(f"SET {name} = '{value}'" for name, value in SESSION_SETTINGS))
+    except BaseException:
+        conn.close()
+        raise
+    return conn, cur
+
+
+def _enter_snapshot(cur, snapshot_name):
     cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_name,))
-    return conn, cur
+
+
+class _WorkerConnections:
+    """The workers' connections, opened in a thread while the checkpoint and the slot
+    are written and created (they join the exported snapshot afterwards: a connection
+    takes as long as a few fsyncs)."""
+
+    def __init__(self, dsn, n):
+        self.conns: list = []
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._open, args=(dsn, n), daemon=True,
+                                        name="pgoutput-fast-snapshot-connect")
+        self._thread.start()
+
+    def _open(self, dsn, n):
+        try:
+            for i in range(n):
+                self.conns.append(_connect_worker(dsn, f"pgoutput-fast-snapshot-{i + 1}"))
+        except BaseException as exc:
+            self.error = exc
+
+    def take(self) -> list:
+        """The connections (the caller closes them); raises the first failure."""
+        self._thread.join()
+        conns, self.conns = self.conns, []
+        if self.error is not None:
+            for conn, _cur in conns:
+                conn.close()
+            raise self.error
+        return conns
+
+    def close(self):
+        self._thread.join()
+        for conn, _cur in self.conns:
+            try:
+                conn.close()
+            except Exception:
+                pass
+        self.conns = []
 
 
 def create_slot_exported(stream, slot: str, two_phase: bool) -> tuple:
@@ -581,7 +632,7 @@ def initial_snapshot(cfg, stream, rec, pubs, options, progress, stop_event, resu
     the capture directory (module docstring). Returns the durable ``CaptureState``
     (``snapshot.state == "done"``), or None when stopped (nothing confirmed; the next
     start copies again)."""
-    from .store import write_checkpoint, new_capture_id
+    from .store import new_capture_id
 
     out = os.fspath(cfg.out)
     state = rec.state
@@ -600,6 +651,18 @@ def initial_snapshot(cfg, stream, rec, pubs, options, progress, stop_event, resu
     state.slot = cfg.slot
     state.publications = list(pubs)
     state.options = options.as_dict()
+    workers = _WorkerConnections(cfg.dsn, max(1, int(getattr(cfg, "snapshot_workers", 1) or 1)))
+    try:
+        return _create_and_copy(cfg, stream, state, out, options, progress, stop_event, result,
+                                created, workers)
+    finally:
+        workers.close()
+
+
+def _create_and_copy(cfg, stream, state, out, options, progress, stop_event, result, created,
+                     workers):
+    from .store import write_checkpoint
+
     try:
         state = _reset_directory(out, state, cfg.file_mode, progress)
     except OSError as exc:
@@ -620,7 +683,7 @@ def initial_snapshot(cfg, stream, rec, pubs, options, progress, stop_event, resu
             raise DurabilityError(f"writing the checkpoint of {out} failed: "
                                   f"{exc.strerror or exc}; nothing was confirmed") from None
         done = _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_event,
-                     result)
+                     result, workers)
         ok = done is not None
         return done
     finally:
@@ -636,7 +699,8 @@ def initial_snapshot(cfg, stream, rec, pubs, options, progress, stop_event, resu
                 pass
 
 
-def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_event, result):
+def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_event, result,
+          workers):
     import pyarrow as pa
 
     from .columns import MessageColumns
@@ -653,11 +717,10 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
     summary.snapshot_name = snapshot_name
     summary.workers = nworkers
     t0 = time.monotonic()
-    conns = []
+    conns = workers.take()
     try:
-        for i in range(nworkers):
-            conns.append(_connect_worker(cfg.dsn, snapshot_name,
-                                         f"pgoutput-fast-snapshot-{i + 1}"))
+        for _conn, cur in conns:
+            _enter_snapshot(cur, snapshot_name)
         tables = published_tables(conns[0][1], state.publications, stream.version_num, binary)
     except BaseException:
         for conn, _cur in conns:
@@ -674,12 +737,15 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
     started: dict = {}
     # memory: at most 3 chunks per worker (2 queued, 1 being filled) plus the
     # transactions in the pipeline (``pending_bytes``: being encoded or written), about
-    # --memory-budget in all
-    chunk_bytes = max(64 << 10, min(cfg.chunk_bytes, cfg.memory_bytes // (8 * nworkers)))
+    # --memory-budget in all. Segments and chunks are smaller than the stream's, so
+    # that consecutive segments are encoded at the same time and the last ones, after
+    # the COPY ends, are short
     encoders = max(1, min(os.cpu_count() or 1, nworkers + 1))
-    pending_bytes = max(2 * chunk_bytes, cfg.memory_bytes // 2)
-    # small enough that consecutive segments are encoded at the same time
-    segment_bytes = max(chunk_bytes, min(cfg.segment_bytes, pending_bytes // (encoders + 1)))
+    pending_bytes = max(128 << 10, cfg.memory_bytes // 2)
+    segment_bytes = max(64 << 10, min(cfg.segment_bytes, SEGMENT_BYTES,
+                                      pending_bytes // (encoders + 1)))
+    chunk_bytes = max(64 << 10, min(cfg.chunk_bytes, segment_bytes // 4,
+                                    cfg.memory_bytes // (8 * nworkers)))
     chunks: queue.Queue = queue.Queue(maxsize=2 * nworkers)
     task_q: queue.Queue = queue.Queue()
     for t in tasks:
