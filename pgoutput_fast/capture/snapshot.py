@@ -35,8 +35,12 @@ How it goes (``initial_snapshot``)
    the consistent point (``base = consistent_point - LSN_SPAN``), so that every
    snapshot row sorts by ``(commit_lsn, seq)`` before every streamed change (the slot
    sends only transactions that commit at or after its consistent point), and the
-   chunks' commit LSNs grow in segment order. Segments and their checkpoints are
-   written and fsynced as in capture (``store.DirectoryWriter``).
+   chunks' commit LSNs grow in segment order. A segment holds at most
+   ``SEGMENT_BYTES`` (16 MB) of messages, a chunk a quarter of that. Segments are
+   encoded in memory by encoder threads, consecutive ones in parallel while the COPY
+   goes on, and one writer thread makes them durable in order, each followed by its
+   checkpoint (still ``copying``), as in capture (``_Pipeline``,
+   ``store.SegmentEncoder``, ``DirectoryWriter.add_segment``).
 6. After the last segment is durable the checkpoint says ``"done"`` with
    ``durable_lsn`` the end of the last chunk and ``acked_lsn`` the consistent point
    (what the slot already holds). Only then is ``START_REPLICATION`` sent: nothing of
