@@ -971,7 +971,8 @@ class _Pipeline:
     takes the encoded segments in order and makes each durable
     (``DirectoryWriter.add_segment``: write, fsync, rename, directory fsync, manifest
     line fsynced) and then the checkpoint given to ``close`` (still ``copying``, as
-    capture's after each segment). ``finish()`` returns when every closed segment is durable (or the
+    capture's after each segment; skipped when the next segment or the end is already
+    queued: the next checkpoint vouches for both). ``finish()`` returns when every closed segment is durable (or the
     pipeline failed: the error is in ``errors``, ``abort`` is set).
 
     Memory: the bytes of transactions added and not yet durable are bounded by
@@ -1092,7 +1093,10 @@ class _Pipeline:
                 t = time.monotonic()
                 self.writer.add_segment(seq, data, digest, first, rows)
                 del data
-                self.writer.checkpoint(state)
+                if self._write_q.empty():
+                    # (when more is queued, the next checkpoint, or the final one,
+                    # vouches for this segment too)
+                    self.writer.checkpoint(state)
                 self.summary.write_seconds += time.monotonic() - t
                 self.summary.segments += 1
             except _Aborted:
