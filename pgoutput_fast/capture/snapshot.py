@@ -821,7 +821,8 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
                                        "server_version_num": stream.version_num,
                                        "snapshot": {"consistent_point": point}})
     writer.note_confirmable(state.confirmable_lsn)
-    pipe = _Pipeline(writer, cfg.compression, encoders, pending_bytes, abort, errors, summary)
+    pipe = _Pipeline(writer, cfg.compression, encoders, pending_bytes, abort, stop_event, errors,
+                     summary)
     base = point - min(LSN_SPAN, point - 1)
     commit_ts = now_pg_us()
     rel_msgs = [None] * len(tables)
@@ -979,10 +980,11 @@ class _Pipeline:
     ``max_pending`` (``add`` waits for room).
     """
 
-    def __init__(self, writer, compression, encoders, max_pending, abort, errors, summary):
+    def __init__(self, writer, compression, encoders, max_pending, abort, stop, errors, summary):
         self.writer = writer
         self.compression = compression
         self.abort = abort
+        self.stop = stop
         self.errors = errors
         self.summary = summary
         self.max_pending = max_pending
@@ -1013,7 +1015,13 @@ class _Pipeline:
     def add(self, seq, columns, nbytes) -> bool:
         """Queue one transaction for segment ``seq``; False when aborted."""
         with self._room:
-            while self.pending and self.pending + nbytes > self.max_pending:
+            # wait for the segments closed before this one to be written (not for this
+            # one's own transactions: only more of them can close it; a transaction
+            # larger than the bound, one huge row, then goes alone)
+            while (self.pending > self.held.get(seq, 0)
+                   and self.pending + nbytes > self.max_pending):
+                if self.stop.is_set():
+                    self.abort.set()     # a stop while waiting for room
                 if self.abort.is_set():
                     return False
                 self._room.wait(0.2)
