@@ -7,7 +7,9 @@ timestamptz, float8). The three are run alternately, ROUNDS times (psql, snapsho
 whose load changes weighs on all alike; the medians and their ratios are printed. The
 snapshot does more than psql: it turns every row into a pgoutput Insert, writes zstd
 Parquet segments with page checksums, fsyncs, hashes and checkpoints them; the
-summary's ``write_seconds`` is the writer's share (Parquet encoding, fsync, manifest).
+summary's ``encode_seconds`` is the encoder threads' time (Parquet and SHA-256, summed
+over the threads, which run at the same time as the COPY and each other) and
+``write_seconds`` the writer thread's (write, fsync, rename, manifest, checkpoint).
 
 Run: ``pytest benchmarks/bench_snapshot.py -s -p no:xdist`` (PGOUTPUT_FAST_SNAPSHOT_ROWS
 sets the size, default 500000).
@@ -96,6 +98,7 @@ def test_snapshot_vs_psql_copy_binary(benchmark, server):
     benchmark.pedantic(one_round, rounds=ROUNDS, iterations=1, warmup_rounds=1)
     med = {k: statistics.median(v[-ROUNDS:]) for k, v in runs.items()}
     write = {k: statistics.median(s["write_seconds"] for s in v[-ROUNDS:]) for k, v in summaries.items()}
+    encode = {k: statistics.median(s["encode_seconds"] for s in v[-ROUNDS:]) for k, v in summaries.items()}
     info = {
         "rows": ROWS,
         "psql_s": round(med["psql"], 3),
@@ -104,9 +107,12 @@ def test_snapshot_vs_psql_copy_binary(benchmark, server):
         "ratio_1_worker": round(med["psql"] / med["w1"], 2),
         "ratio_2_workers": round(med["psql"] / med["w2"], 2),
         "speedup_2_workers": round(med["w1"] / med["w2"], 2),
+        "encode_s_1_worker": round(encode["w1"], 3),
         "writer_s_1_worker": round(write["w1"], 3),
         "capture_cpu_s_1_worker": round(statistics.median(x["cpu_s"] for x in summaries["w1"][-ROUNDS:]), 3),
         "message_mb": round(summaries["w1"][-1]["message_bytes"] / 1e6, 1),
+        "segments": summaries["w1"][-1]["segments"],
+        "load_average": round(os.getloadavg()[0], 1),
     }
     benchmark.extra_info.update(info)
     print("\nsnapshot vs psql COPY (binary) -> /dev/null:", info)

@@ -163,7 +163,7 @@ def run_backfill(cfg: BackfillConfig, stop_event: threading.Event | None = None)
     ``snapshot`` None when stopped before the end (nothing readable; run it again)."""
     from .dsn import connect_error
     from .runner import _check_names
-    from .snapshot import _copy, _reset_directory, create_slot_exported
+    from .snapshot import _WorkerConnections, _copy, _reset_directory, create_slot_exported
     from .store import DirectoryLock, dir_mode, new_capture_id, write_checkpoint
     from .stream import ConnectFailed, ReplicationStream, choose_options
 
@@ -230,8 +230,13 @@ def run_backfill(cfg: BackfillConfig, stop_event: threading.Event | None = None)
             except OSError as exc:
                 raise DurabilityError(f"writing the checkpoint of {out} failed: "
                                       f"{exc.strerror or exc}; nothing was confirmed") from None
-            done = _copy(cfg, stream, state, point, snapshot_name, options, progress,
-                         stop_event, result, only_tables=tables)
+            workers = _WorkerConnections(
+                cfg.dsn, max(1, int(getattr(cfg, "snapshot_workers", 1) or 1)))
+            try:
+                done = _copy(cfg, stream, state, point, snapshot_name, options, progress,
+                             stop_event, result, workers, only_tables=tables)
+            finally:
+                workers.close()
             if done is not None:
                 progress.event("backfill_done", point=format_lsn(point), tables=tables,
                                rows=result.snapshot["rows"] if result.snapshot else None)

@@ -35,8 +35,12 @@ How it goes (``initial_snapshot``)
    the consistent point (``base = consistent_point - LSN_SPAN``), so that every
    snapshot row sorts by ``(commit_lsn, seq)`` before every streamed change (the slot
    sends only transactions that commit at or after its consistent point), and the
-   chunks' commit LSNs grow in segment order. Segments and their checkpoints are
-   written and fsynced as in capture (``store.DirectoryWriter``).
+   chunks' commit LSNs grow in segment order. A segment holds at most
+   ``SEGMENT_BYTES`` (16 MB) of messages, a chunk a quarter of that. Segments are
+   encoded in memory by encoder threads, consecutive ones in parallel while the COPY
+   goes on, and one writer thread makes them durable in order, each followed by its
+   checkpoint (still ``copying``), as in capture (``_Pipeline``,
+   ``store.SegmentEncoder``, ``DirectoryWriter.add_segment``).
 6. After the last segment is durable the checkpoint says ``"done"`` with
    ``durable_lsn`` the end of the last chunk and ``acked_lsn`` the consistent point
    (what the slot already holds). Only then is ``START_REPLICATION`` sent: nothing of
@@ -82,6 +86,9 @@ LSN_SPAN = 1 << 24
 #: a table is split into block ranges of about this many blocks (8 kB each) when
 #: there is more than one worker
 RANGE_BLOCKS = 4096
+#: snapshot segments hold at most this many bytes of messages (and at most
+#: --segment-size); a chunk (one transaction, one row group) at most a quarter of it
+SEGMENT_BYTES = 16 << 20
 #: user-defined types start here (PostgreSQL's FirstGenbkiObjectId): pgoutput sends a
 #: Type message for them
 FIRST_USER_OID = 10000
@@ -461,28 +468,78 @@ class SnapshotSummary:
         self.consistent_point = 0
         self.snapshot_name = None
         self.workers = 0
-        self.write_seconds = 0.0    # the writer thread in Parquet encoding, fsync, checkpoints
+        self.encode_seconds = 0.0   # the encoder threads in Parquet encoding and hashing
+        self.write_seconds = 0.0    # the writer thread in writing and fsyncing segments
 
     def to_json(self) -> dict:
         return {"consistent_point": format_lsn(self.consistent_point), "rows": self.rows,
                 "copy_bytes": self.bytes, "message_bytes": self.message_bytes,
                 "transactions": self.chunks, "segments": self.segments,
                 "seconds": round(self.seconds, 3), "workers": self.workers,
+                "encode_seconds": round(self.encode_seconds, 3),
                 "write_seconds": round(self.write_seconds, 3),
                 "rows_per_s": round(self.rows / self.seconds) if self.seconds else None,
                 "tables": self.tables}
 
 
-def _connect_worker(dsn, snapshot_name, application_name):
+def _connect_worker(dsn, application_name):
+    """A worker's connection with capture's session settings (not yet in the snapshot:
+    ``_enter_snapshot``)."""
     import psycopg2
 
     conn = psycopg2.connect(dsn, application_name=application_name)
-    conn.autocommit = True
-    cur = conn.cursor()
-    cur.execute("; ".join(f"SET {name} = '{value}'" for name, value in SESSION_SETTINGS))
+    try:
+        conn.autocommit = True
+        cur = conn.cursor()
+        cur.execute("; ".join(f"SET {name} = '{value}'" for name, value in SESSION_SETTINGS))
+    except BaseException:
+        conn.close()
+        raise
+    return conn, cur
+
+
+def _enter_snapshot(cur, snapshot_name):
     cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     cur.execute("SET TRANSACTION SNAPSHOT %s", (snapshot_name,))
-    return conn, cur
+
+
+class _WorkerConnections:
+    """The workers' connections, opened in a thread while the checkpoint and the slot
+    are written and created (they join the exported snapshot afterwards: a connection
+    takes as long as a few fsyncs)."""
+
+    def __init__(self, dsn, n):
+        self.conns: list = []
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._open, args=(dsn, n), daemon=True,
+                                        name="pgoutput-fast-snapshot-connect")
+        self._thread.start()
+
+    def _open(self, dsn, n):
+        try:
+            for i in range(n):
+                self.conns.append(_connect_worker(dsn, f"pgoutput-fast-snapshot-{i + 1}"))
+        except BaseException as exc:
+            self.error = exc
+
+    def take(self) -> list:
+        """The connections (the caller closes them); raises the first failure."""
+        self._thread.join()
+        conns, self.conns = self.conns, []
+        if self.error is not None:
+            for conn, _cur in conns:
+                conn.close()
+            raise self.error
+        return conns
+
+    def close(self):
+        self._thread.join()
+        for conn, _cur in self.conns:
+            try:
+                conn.close()
+            except Exception:
+                pass
+        self.conns = []
 
 
 def create_slot_exported(stream, slot: str, two_phase: bool, temporary: bool = False) -> tuple:
@@ -581,7 +638,7 @@ def initial_snapshot(cfg, stream, rec, pubs, options, progress, stop_event, resu
     the capture directory (module docstring). Returns the durable ``CaptureState``
     (``snapshot.state == "done"``), or None when stopped (nothing confirmed; the next
     start copies again)."""
-    from .store import write_checkpoint, new_capture_id
+    from .store import new_capture_id
 
     out = os.fspath(cfg.out)
     state = rec.state
@@ -600,6 +657,18 @@ def initial_snapshot(cfg, stream, rec, pubs, options, progress, stop_event, resu
     state.slot = cfg.slot
     state.publications = list(pubs)
     state.options = options.as_dict()
+    workers = _WorkerConnections(cfg.dsn, max(1, int(getattr(cfg, "snapshot_workers", 1) or 1)))
+    try:
+        return _create_and_copy(cfg, stream, state, out, options, progress, stop_event, result,
+                                created, workers)
+    finally:
+        workers.close()
+
+
+def _create_and_copy(cfg, stream, state, out, options, progress, stop_event, result, created,
+                     workers):
+    from .store import write_checkpoint
+
     try:
         state = _reset_directory(out, state, cfg.file_mode, progress)
     except OSError as exc:
@@ -620,7 +689,7 @@ def initial_snapshot(cfg, stream, rec, pubs, options, progress, stop_event, resu
             raise DurabilityError(f"writing the checkpoint of {out} failed: "
                                   f"{exc.strerror or exc}; nothing was confirmed") from None
         done = _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_event,
-                     result)
+                     result, workers)
         ok = done is not None
         return done
     finally:
@@ -637,11 +706,14 @@ def initial_snapshot(cfg, stream, rec, pubs, options, progress, stop_event, resu
 
 
 def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_event, result,
-          only_tables=None):
+          workers, only_tables=None):
     """Copy the published tables (or ``only_tables``, qualified names, each of which must
-    be published: a backfill, ``capture/backfill.py``) inside the exported snapshot.
-    With ``only_tables`` each table's rows are preceded by a synthetic Truncate of it,
-    so that applying them replaces whatever the table held."""
+    be published: a backfill, ``capture/backfill.py``) inside the exported snapshot, on
+    ``workers``' connections (``_WorkerConnections``). With ``only_tables`` each table's
+    rows are preceded by a synthetic Truncate of it, so that applying them replaces
+    whatever the table held."""
+    import pyarrow as pa
+
     from .columns import MessageColumns
     from .store import DirectoryWriter
     from ..encode import encode_message
@@ -656,11 +728,10 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
     summary.snapshot_name = snapshot_name
     summary.workers = nworkers
     t0 = time.monotonic()
-    conns = []
+    conns = workers.take()
     try:
-        for i in range(nworkers):
-            conns.append(_connect_worker(cfg.dsn, snapshot_name,
-                                         f"pgoutput-fast-snapshot-{i + 1}"))
+        for _conn, cur in conns:
+            _enter_snapshot(cur, snapshot_name)
         tables = published_tables(conns[0][1], state.publications, stream.version_num, binary)
         if only_tables is not None:
             tables = _only(tables, only_tables, state.publications)
@@ -677,7 +748,17 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
     for ti, *_rest in tasks:
         stats[tables[ti].qualified]["tasks"] += 1
     started: dict = {}
-    chunk_bytes = max(64 << 10, min(cfg.chunk_bytes, cfg.memory_bytes // (4 * nworkers)))
+    # memory: at most 3 chunks per worker (2 queued, 1 being filled) plus the
+    # transactions in the pipeline (``pending_bytes``: being encoded or written), about
+    # --memory-budget in all. Segments and chunks are smaller than the stream's, so
+    # that consecutive segments are encoded at the same time and the last ones, after
+    # the COPY ends, are short
+    encoders = max(1, min(os.cpu_count() or 1, nworkers + 1))
+    pending_bytes = max(128 << 10, cfg.memory_bytes // 2)
+    segment_bytes = max(64 << 10, min(cfg.segment_bytes, SEGMENT_BYTES,
+                                      pending_bytes // (encoders + 1)))
+    chunk_bytes = max(64 << 10, min(cfg.chunk_bytes, segment_bytes // 4,
+                                    cfg.memory_bytes // (8 * nworkers)))
     chunks: queue.Queue = queue.Queue(maxsize=2 * nworkers)
     task_q: queue.Queue = queue.Queue()
     for t in tasks:
@@ -749,38 +830,44 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
                                        "server_version_num": stream.version_num,
                                        "snapshot": {"consistent_point": point}})
     writer.note_confirmable(state.confirmable_lsn)
+    pipe = _Pipeline(writer, cfg.compression, encoders, pending_bytes, abort, stop_event, errors,
+                     summary)
     base = point - min(LSN_SPAN, point - 1)
     commit_ts = now_pg_us()
     rel_msgs = [None] * len(tables)
     seq = state.last_segment + 1
     seg_bytes = 0
+    seg_open = False
     next_ordinal = state.next_ordinal
     chunk_no = 0
     live = len(threads)
     last_tick = time.monotonic()
-    cols = native[0].MessageColumns() if native is not None else MessageColumns()
+    new_cols = native[0].MessageColumns if native is not None else MessageColumns
     delay = float(getattr(cfg, "snapshot_chunk_delay", 0) or 0)   # tests only
     try:
         if only_tables is not None:
             # a backfill: first, one transaction per table holding a Truncate of it (the
             # table's rows then replace what it held, also when it has none)
-            writer.begin(seq)
             for ti, t in enumerate(tables):
                 lsn = base + chunk_no
                 chunk_no += 1
                 first = t.type_messages() + [t.relation_message()]
                 rel_msgs[ti] = first
-                cols.append(lsn, encode_message(Begin(lsn, commit_ts, 0)))
+                txn = new_cols()
+                txn.append(lsn, encode_message(Begin(lsn, commit_ts, 0)))
                 for m in first:
-                    cols.append(0, m)
-                cols.append(0, encode_message(Truncate(0, (t.relid,))))
-                cols.append(lsn, encode_message(Commit(0, lsn, lsn + 1, commit_ts)))
+                    txn.append(0, m)
+                txn.append(0, encode_message(Truncate(0, (t.relid,))))
+                txn.append(lsn, encode_message(Commit(0, lsn, lsn + 1, commit_ts)))
+                n = len(txn)
+                columns = [pa.chunked_array([a]) for a in txn.take_arrays(next_ordinal)]
+                if not pipe.add(seq, columns, 0):
+                    break     # aborted
+                seg_open = True
+                next_ordinal += n
                 state.durable_lsn = lsn + 1
                 state.transactions += 1
                 summary.chunks += 1
-            n = len(cols)
-            writer.write(cols.take_arrays(next_ordinal))
-            next_ordinal += n
         while live:
             if stop_event.is_set() and not abort.is_set():
                 abort.set()
@@ -807,19 +894,24 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
             if rel_msgs[ti] is None:
                 t = tables[ti]
                 rel_msgs[ti] = t.type_messages() + [t.relation_message()]
-            cols.append(lsn, encode_message(Begin(lsn, commit_ts, 0)))
+            # the transaction as three runs of arrays, the Inserts' without a copy (the
+            # worker's buffers move to Arrow); the Inserts keep LSN 0 (no WAL record of
+            # their own: _lsn is null)
+            head = new_cols()
+            head.append(lsn, encode_message(Begin(lsn, commit_ts, 0)))
             for m in rel_msgs[ti]:
-                cols.append(0, m)
-            # the Inserts keep LSN 0 (no WAL record of their own: _lsn is null)
-            cols.extend_from(msgs, 0, len(msgs))
-            cols.append(lsn, encode_message(Commit(0, lsn, lsn + 1, commit_ts)))
-            n = len(cols)
+                head.append(0, m)
+            tail = new_cols()
+            tail.append(lsn, encode_message(Commit(0, lsn, lsn + 1, commit_ts)))
+            nh, n = len(head), len(head) + len(msgs) + 1
+            parts = [head.take_arrays(next_ordinal), msgs.take_arrays(next_ordinal + nh),
+                     tail.take_arrays(next_ordinal + n - 1)]
             del msgs
-            tw = time.monotonic()
-            if not writer.open:
-                writer.begin(seq)
-            writer.write(cols.take_arrays(next_ordinal))
-            summary.write_seconds += time.monotonic() - tw
+            columns = [pa.chunked_array([p[i] for p in parts]) for i in range(3)]
+            del parts
+            if not pipe.add(seq, columns, nbytes):
+                continue      # aborted
+            seg_open = True
             next_ordinal += n
             seg_bytes += nbytes
             summary.chunks += 1
@@ -828,14 +920,12 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
             state.transactions += 1
             if delay:
                 time.sleep(delay)
-            if seg_bytes >= cfg.segment_bytes:
+            if seg_bytes >= segment_bytes:
                 state.next_ordinal = next_ordinal
-                tw = time.monotonic()
-                state = writer.commit(state)
-                summary.write_seconds += time.monotonic() - tw
+                pipe.close(seq, state.copy())
                 seq += 1
                 seg_bytes = 0
-                summary.segments += 1
+                seg_open = False
             now = time.monotonic()
             if now - last_tick >= progress.interval:
                 last_tick = now
@@ -845,17 +935,19 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
         if errors:
             raise errors[0]
         if abort.is_set():
+            pipe.finish()
             writer.discard()
             progress.event("snapshot_stopped",
                            note="stopped before the snapshot was complete; nothing was "
                                 "confirmed, the next start copies it again")
             return None
-        if writer.open:
+        if seg_open:
             state.next_ordinal = next_ordinal
-            tw = time.monotonic()
-            state = writer.commit(state)
-            summary.write_seconds += time.monotonic() - tw
-            summary.segments += 1
+            pipe.close(seq, state.copy())
+        # every segment written, fsynced and in the (fsynced) manifest
+        pipe.finish()
+        if errors:
+            raise errors[0]
         for conn, _cur in conns:
             try:
                 conn.rollback()
@@ -883,6 +975,7 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
         return state
     except BaseException:
         abort.set()
+        pipe.finish()
         writer.discard()
         raise
     finally:
@@ -911,6 +1004,162 @@ def _only(tables: list, names, pubs) -> list:
             "snapshot): add it first (ALTER PUBLICATION ... ADD TABLE ...), then take the "
             "backfill; a table published through its partitioned root is named by the root")
     return [by_name[n] for n in names]
+
+
+class _Pipeline:
+    """The snapshot's segments, encoded in parallel and written in order.
+
+    The copy loop ``add``s each transaction (a row group) to segment ``seq`` and
+    ``close``s the segment when it is full. Segment ``seq`` is encoded in memory by
+    encoder thread ``seq % encoders`` (``store.SegmentEncoder``: Parquet, page
+    checksums, SHA-256; pyarrow and hashlib run without the GIL), so consecutive
+    segments are encoded at the same time, while the COPY goes on. One writer thread
+    takes the encoded segments in order and makes each durable
+    (``DirectoryWriter.add_segment``: write, fsync, rename, directory fsync, manifest
+    line fsynced) and then the checkpoint given to ``close`` (still ``copying``, as
+    capture's after each segment; skipped when the next segment or the end is already
+    queued: the next checkpoint vouches for both). ``finish()`` returns when every closed segment is durable (or the
+    pipeline failed: the error is in ``errors``, ``abort`` is set).
+
+    Memory: the bytes of transactions added and not yet durable are bounded by
+    ``max_pending`` (``add`` waits for room).
+    """
+
+    def __init__(self, writer, compression, encoders, max_pending, abort, stop, errors, summary):
+        self.writer = writer
+        self.compression = compression
+        self.abort = abort
+        self.stop = stop
+        self.errors = errors
+        self.summary = summary
+        self.max_pending = max_pending
+        self.pending = 0
+        self.held: dict = {}            # seq -> bytes added, released when durable
+        self._room = threading.Condition()
+        self._enc_q: list = [queue.SimpleQueue() for _ in range(max(1, encoders))]
+        self._write_q: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._encode, args=(q,), daemon=True,
+                                          name=f"pgoutput-fast-snapshot-encoder-{i + 1}")
+                         for i, q in enumerate(self._enc_q)]
+        self._threads.append(threading.Thread(target=self._write, daemon=True,
+                                              name="pgoutput-fast-snapshot-writer"))
+        for th in self._threads:
+            th.start()
+        self._finished = False
+
+    def _spent(self, seconds):
+        with self._room:
+            self.summary.encode_seconds += seconds
+
+    def _fail(self, exc):
+        if not self.errors:
+            self.errors.append(exc)
+        self.abort.set()
+
+    # the copy loop's side
+    def add(self, seq, columns, nbytes) -> bool:
+        """Queue one transaction for segment ``seq``; False when aborted."""
+        with self._room:
+            # wait for the segments closed before this one to be written (not for this
+            # one's own transactions: only more of them can close it; a transaction
+            # larger than the bound, one huge row, then goes alone)
+            while (self.pending > self.held.get(seq, 0)
+                   and self.pending + nbytes > self.max_pending):
+                if self.stop.is_set():
+                    self.abort.set()     # a stop while waiting for room
+                if self.abort.is_set():
+                    return False
+                self._room.wait(0.2)
+            if self.abort.is_set():
+                return False
+            self.pending += nbytes
+            self.held[seq] = self.held.get(seq, 0) + nbytes
+        self._enc_q[seq % len(self._enc_q)].put(("add", seq, columns))
+        return True
+
+    def close(self, seq, state):
+        """Segment ``seq`` is complete; once it is durable, the writer thread writes the
+        checkpoint ``state`` (still ``copying``: readers see no segment yet)."""
+        from concurrent.futures import Future
+
+        done: Future = Future()
+        self._enc_q[seq % len(self._enc_q)].put(("close", seq, done))
+        self._write_q.put((seq, done, state))
+
+    def finish(self):
+        if self._finished:
+            return
+        self._finished = True
+        self._write_q.put(None)
+        for q in self._enc_q:
+            q.put(("stop", None, None))
+        for th in self._threads:
+            th.join()
+
+    # encoder threads
+    def _encode(self, q):
+        from .store import SegmentEncoder
+
+        enc = None
+        while True:
+            kind, seq, payload = q.get()
+            if kind == "stop":
+                return
+            try:
+                if kind == "add":
+                    if self.abort.is_set():
+                        enc = None
+                        continue
+                    if enc is None:
+                        enc = SegmentEncoder(self.writer.schema, self.compression)
+                    t = time.monotonic()
+                    enc.write(payload)
+                    payload = None
+                    self._spent(time.monotonic() - t)
+                elif kind == "close":
+                    if enc is None or self.abort.is_set():
+                        payload.set_exception(_Aborted())
+                        enc = None
+                        continue
+                    t = time.monotonic()
+                    data, digest = enc.finish()
+                    self._spent(time.monotonic() - t)
+                    payload.set_result((data, digest, enc.first_ordinal, enc.rows))
+                    enc = None
+            except BaseException as exc:
+                enc = None
+                self._fail(exc)
+                if kind == "close":
+                    payload.set_exception(_Aborted())
+
+    # the writer thread
+    def _write(self):
+        while True:
+            item = self._write_q.get()
+            if item is None:
+                return
+            seq, done, state = item
+            try:
+                data, digest, first, rows = done.result()
+                if self.abort.is_set():
+                    continue
+                t = time.monotonic()
+                self.writer.add_segment(seq, data, digest, first, rows)
+                del data
+                if self._write_q.empty():
+                    # (when more is queued, the next checkpoint, or the final one,
+                    # vouches for this segment too)
+                    self.writer.checkpoint(state)
+                self.summary.write_seconds += time.monotonic() - t
+                self.summary.segments += 1
+            except _Aborted:
+                pass
+            except BaseException as exc:
+                self._fail(exc)
+            finally:
+                with self._room:
+                    self.pending -= self.held.pop(seq, 0)
+                    self._room.notify_all()
 
 
 def _tick(progress, stats, t0):

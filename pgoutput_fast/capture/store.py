@@ -44,7 +44,7 @@ from .state import FORMAT, LEGACY_FORMAT, CaptureState
 
 __all__ = ["CHECKPOINT", "MANIFEST", "LOCK", "SEGMENT_SCHEMA", "SegmentEntry", "segment_name",
            "segment_seq", "read_checkpoint", "write_checkpoint", "read_manifest",
-           "DirectoryLock", "DirectoryWriter", "Recovery", "plan_recovery", "DEFAULT_FILE_MODE"]
+           "DirectoryLock", "DirectoryWriter", "SegmentEncoder", "Recovery", "plan_recovery", "DEFAULT_FILE_MODE"]
 
 CHECKPOINT = "checkpoint.json"
 MANIFEST = "manifest.jsonl"
@@ -526,7 +526,9 @@ class DirectoryWriter:
         self._pq: Any = None
         self._tmp: Any = None
         self._seq: Any = None
-        self._schema: Any = None
+        #: the segments' schema: SEGMENT_SCHEMA with the capture's metadata
+        self.schema = SEGMENT_SCHEMA.with_metadata(
+            {k: json.dumps(v) for k, v in self.metadata.items()})
         self._first_ordinal: int | None = None
         self._rows = 0
 
@@ -553,12 +555,8 @@ class DirectoryWriter:
         try:
             fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.file_mode)
             os.close(fd)
-            schema = SEGMENT_SCHEMA.with_metadata(
-                {k: json.dumps(v) for k, v in self.metadata.items()})
-            self._schema = schema
-            self._pq = pq.ParquetWriter(self._tmp, schema, compression=self.compression,
-                                        use_dictionary=False, write_statistics=["lsn", "ordinal"],
-                                        write_page_checksum=True)
+            self._pq = pq.ParquetWriter(self._tmp, self.schema,
+                                        **parquet_options(self.compression))
         except OSError as exc:
             self.discard()
             raise self._fail("creating", self._tmp or self.directory, exc) from None
@@ -570,7 +568,7 @@ class DirectoryWriter:
         return self._pq is not None
 
     def write(self, arrays):
-        table = pa.Table.from_arrays(arrays, schema=self._schema)
+        table = pa.Table.from_arrays(arrays, schema=self.schema)
         if self._first_ordinal is None and table.num_rows:
             self._first_ordinal = table.column(2)[0].as_py()
         try:
@@ -593,15 +591,50 @@ class DirectoryWriter:
             nbytes, digest = file_digest(tmp)
         except OSError as exc:
             raise self._fail("writing", tmp, exc) from None
+        first = self._first_ordinal if self._first_ordinal is not None else state.next_ordinal
+        self._record(seq, tmp, final, nbytes, digest, first, self._rows)
+        self._tmp = None
+        self._seq = None
+        return self.checkpoint(state)
+
+    def add_segment(self, seq: int, data, digest: str, first_ordinal: int, messages: int):
+        """Make a segment encoded elsewhere (``SegmentEncoder``: its bytes and SHA-256)
+        durable: temp file, fsync, rename, directory fsync, manifest line (fsynced). No
+        checkpoint: the caller writes one (``checkpoint``) when the segments it vouches
+        for are all added."""
+        if seq != self.last_segment + 1:
+            raise RuntimeError(f"segment {seq} added after {self.last_segment}")
+        tmp = os.path.join(self.directory, temp_name(seq))
+        final = os.path.join(self.directory, segment_name(seq))
+        view = memoryview(data)
+        nbytes = len(view)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.file_mode)
+            self._tmp = tmp
+            try:
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self.discard()
+            raise self._fail("writing", tmp, exc) from None
+        self._record(seq, tmp, final, nbytes, digest, first_ordinal, messages)
+        self._tmp = None
+
+    def _record(self, seq, tmp, final, nbytes, digest, first, rows):
+        """Rename a fsynced temp file to its segment name, fsync the directory and
+        append the segment's manifest line (fsynced)."""
         try:
             os.replace(tmp, final)
             self._tmp = None
             fsync_dir(self.directory)
         except OSError as exc:
             raise self._fail("renaming", final, exc) from None
-        first = self._first_ordinal if self._first_ordinal is not None else state.next_ordinal
         entry = {"seq": seq, "file": segment_name(seq), "bytes": nbytes, "sha256": digest,
-                 "first_ordinal": first, "messages": self._rows}
+                 "first_ordinal": first, "messages": rows}
         line, chain = manifest_line(entry, self.manifest_chain)
         mpath = os.path.join(self.directory, MANIFEST)
         try:
@@ -621,8 +654,6 @@ class DirectoryWriter:
         self.last_segment = seq
         self.bytes_written += nbytes
         self.segments_written += 1
-        self._seq = None
-        return self.checkpoint(state)
 
     def checkpoint(self, state: CaptureState) -> CaptureState:
         """Write ``state`` as the checkpoint, stamped with this writer's segments."""
@@ -655,6 +686,45 @@ class DirectoryWriter:
                 pass     # left for the next start to remove (a read-only file system)
             self._tmp = None
         self._seq = None
+
+
+def parquet_options(compression) -> dict:
+    """How every segment is written: no dictionary, statistics of the LSN and ordinal,
+    page checksums (every reader verifies them)."""
+    return {"compression": compression, "use_dictionary": False,
+            "write_statistics": ["lsn", "ordinal"], "write_page_checksum": True}
+
+
+class SegmentEncoder:
+    """One segment encoded in memory, the same Parquet ``DirectoryWriter`` writes (one
+    row group per ``write``); ``finish()`` gives its bytes and SHA-256 for
+    ``DirectoryWriter.add_segment``. pyarrow and hashlib release the GIL: encoders in
+    several threads run in parallel (the snapshot's pipeline)."""
+
+    def __init__(self, schema, compression="zstd"):
+        import pyarrow.parquet as pq
+
+        self.schema = schema
+        self._sink = pa.BufferOutputStream()
+        self._pq: Any = pq.ParquetWriter(self._sink, schema, **parquet_options(compression))
+        self.first_ordinal: int | None = None
+        self.rows = 0
+
+    def write(self, columns):
+        """One row group: ``[lsn, data, ordinal]`` (arrays or chunked arrays)."""
+        table = pa.Table.from_arrays(columns, schema=self.schema)
+        if self.first_ordinal is None and table.num_rows:
+            self.first_ordinal = table.column(2)[0].as_py()
+        self._pq.write_table(table)
+        self.rows += table.num_rows
+
+    def finish(self) -> tuple:
+        """``(buffer, SHA-256 hex)`` of the whole file."""
+        self._pq.close()
+        self._pq = None
+        data = self._sink.getvalue()
+        self._sink = None
+        return data, hashlib.sha256(data).hexdigest()
 
 
 def new_capture_id() -> str:

@@ -535,3 +535,46 @@ def test_stop_mid_snapshot_drops_the_slot(world, tmp_path):
     assert capture.load_state(out).snapshot["state"] == "done" and capture.segment_paths(out)
     with world["conn"].cursor() as cur:
         cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+@pytest.mark.postgres
+def test_rows_larger_than_the_memory_budget(world, tmp_path):
+    """Rows of 6.4 MB with --memory-budget 1MB (chunks of 64 kB, 512 kB in the encoders
+    and writer): a transaction larger than the bound goes alone instead of waiting for
+    room that only its own segment holds (that wait never ended), and every row is in
+    the segments, whole."""
+    pg, conn = world["pg"], world["conn"]
+    slot = "snap_huge"
+    out = str(tmp_path / "cap")
+    workload._exec(conn, "CREATE TABLE snap_huge (id int PRIMARY KEY, b text)")
+    workload._exec(conn, "ALTER TABLE snap_huge ALTER COLUMN b SET STORAGE EXTERNAL")
+    workload._exec(conn, "INSERT INTO snap_huge SELECT g, md5(g::text) FROM generate_series(1, 5000) g")
+    workload._exec(conn, "INSERT INTO snap_huge SELECT 10000 + g, repeat(md5(g::text), 200000) "
+                         "FROM generate_series(1, 2) g")
+    workload._exec(conn, "INSERT INTO snap_huge SELECT 20000 + g, md5(g::text) "
+                         "FROM generate_series(1, 5000) g")
+    workload._exec(conn, "CREATE PUBLICATION snap_huge_pub FOR TABLE snap_huge")
+    try:
+        cfg = CaptureConfig(pg.dsn(), slot, "snap_huge_pub", out, create_slot=True, binary=True,
+                            progress="off", snapshot="only", memory_bytes=1 << 20)
+        stop = threading.Event()
+        done: list = []
+        th = threading.Thread(target=lambda: done.append(capture.run_capture(cfg, stop)),
+                              daemon=True)
+        th.start()
+        th.join(120)
+        if th.is_alive():
+            stop.set()
+            th.join(30)
+            pytest.fail("the snapshot did not finish within 120 s (waiting for memory room)")
+        assert done and done[0].snapshot["rows"] == 10002, done
+        datas = capture.read_segments(out, columns=("data",)).column("data").to_pylist()
+        inserts = [d for d in datas if d[:1] == b"I"]
+        assert len(inserts) == 10002
+        assert sum(len(d) > 6_000_000 for d in inserts) == 2
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                        "WHERE slot_name = %s", (slot,))
+        workload._exec(conn, "DROP PUBLICATION snap_huge_pub")
+        workload._exec(conn, "DROP TABLE snap_huge")
