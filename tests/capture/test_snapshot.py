@@ -578,3 +578,53 @@ def test_rows_larger_than_the_memory_budget(world, tmp_path):
                         "WHERE slot_name = %s", (slot,))
         workload._exec(conn, "DROP PUBLICATION snap_huge_pub")
         workload._exec(conn, "DROP TABLE snap_huge")
+
+
+_PEAK_RSS = r"""
+import resource, sys
+from pgoutput_fast.cli import main
+try:
+    code = main(sys.argv[1:])
+finally:
+    print("peak_rss_kb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_snapshot_memory_follows_the_budget(world, tmp_path):
+    """``--memory-budget`` bounds what the snapshot holds: the same table of about 120 MB
+    of Insert messages (more than a small budget, less than the default), copied by
+    ``capture --snapshot only`` in a child process with 2 workers, peaks at least 40 MB
+    lower with ``--memory-budget 16MB`` than with the default 256MB, and both copies
+    hold every row."""
+    import subprocess
+
+    pg, conn = world["pg"], world["conn"]
+    workload._exec(conn, "CREATE TABLE snap_mem (id int PRIMARY KEY, a text, b text)")
+    workload._exec(conn, "INSERT INTO snap_mem SELECT g, md5(g::text) || md5((g + 1)::text), "
+                         "repeat(md5((-g)::text), 3) FROM generate_series(1, 700000) g")
+    workload._exec(conn, "CREATE PUBLICATION snap_mem_pub FOR TABLE snap_mem")
+    peaks = {}
+    try:
+        for budget in ("16MB", "256MB"):
+            slot = f"snap_mem_{budget.lower()}"
+            out = str(tmp_path / budget)
+            p = subprocess.run(
+                [sys.executable, "-c", _PEAK_RSS, "capture", "--dsn", pg.dsn(), "--slot", slot,
+                 "--publication", "snap_mem_pub", "--out", out, "--create-slot",
+                 "--snapshot", "only", "--snapshot-workers", "2", "--binary",
+                 "--memory-budget", budget, "--progress", "off"],
+                cwd=ROOT, capture_output=True, text=True, timeout=300)
+            assert p.returncode == 0, p.stderr[-2000:]
+            peaks[budget] = int(p.stderr.rsplit("peak_rss_kb", 1)[1].split()[0]) / 1024
+            st = capture.load_state(out)
+            assert st.snapshot["state"] == "done" and st.snapshot["summary"]["rows"] == 700000
+            assert st.snapshot["summary"]["message_bytes"] > 100e6
+        print("snapshot peak RSS MiB by --memory-budget:", peaks)
+        assert peaks["16MB"] + 40 < peaks["256MB"], peaks
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                        "WHERE slot_name LIKE 'snap_mem_%'")
+        workload._exec(conn, "DROP PUBLICATION snap_mem_pub")
+        workload._exec(conn, "DROP TABLE snap_mem")
