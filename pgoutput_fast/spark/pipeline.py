@@ -31,6 +31,29 @@ are rewritten; each commit records its position, so re-running is safe).
 """
 
 
+def _imports(batches):
+    """Runs in a Python worker: unpickling this function there imports this package
+    (and pyarrow, for the Arrow batches)."""
+    yield from batches
+
+
+def check_executors(spark) -> None:
+    """One task, alone, that imports this package in an executor's Python: a node
+    without it fails here with ``executor_setup_error``'s one line, before any work, and
+    not in the middle of concurrent jobs whose cancelled tasks make Spark's Python
+    daemon print its own tracebacks."""
+    from .errors import executor_setup_error
+
+    probe = spark.range(1, numPartitions=1)
+    try:
+        probe.mapInArrow(_imports, probe.schema).collect()
+    except Exception as exc:
+        known = executor_setup_error(exc)
+        if known is not None:
+            raise known from exc
+        raise
+
+
 def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, events_rate=False,
                  log=None, threads=4, storage_options=None, change_data_feed=False,
                  segments_storage_options=None, segments_filesystem=None,
@@ -48,6 +71,7 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
 
     say = log or (lambda *a: None)
     t0 = time.perf_counter()
+    check_executors(spark)
     seg_opts = segments_storage_options if segments_storage_options is not None \
         else storage_options
     groups = segment_groups(segments, storage_options=seg_opts, filesystem=segments_filesystem,
