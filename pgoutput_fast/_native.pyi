@@ -83,6 +83,12 @@ class EvChunk:
 def _set_event_adopt_bytes(nbytes: int) -> int:
     """Bytes of event rows past which a committing spool is adopted whole (tests); returns the old value."""
 
+def _set_txn_windows(on: bool) -> bool:
+    """Windows of small transactions on or off in this process (tests compare); returns the old setting."""
+
+def _txn_windows_taken() -> int:
+    """Windows of small transactions written in this process so far (tests)."""
+
 @final
 class Spool:
     """Raw messages of a pending (streamed, prepared, or spooled plain) transaction, spilling to disk."""

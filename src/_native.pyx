@@ -20,6 +20,7 @@
     column_pass.pxi    the block writers' C loops: row-wise scan, block shape, column pass
     decoder_core.pxi   the stateful columnar decoder (DecoderCore)
     pending_txn.pxi    streamed / prepared / spooled transactions: check, keep, replay
+    txn_window.pxi     windows of small transactions: typed rows gathered per relation
     truncate_message.pxi  Truncate and Logical Message handling
     export.pxi         the change-event table's schema and export to Arrow
     message_batch.pxi  a feed()'s messages as a C array (MessageBatch)
@@ -51,6 +52,7 @@ include "spool.pxi"
 include "column_pass.pxi"
 include "decoder_core.pxi"
 include "pending_txn.pxi"
+include "txn_window.pxi"
 include "truncate_message.pxi"
 include "export.pxi"
 include "message_batch.pxi"

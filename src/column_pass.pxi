@@ -347,23 +347,28 @@ cdef enum:                   # what a _run_typed_blocks block is made of
     BLOCK_NEW = 0            # inserts, updates without an old tuple: the tuple is the row
     BLOCK_DELETES = 1        # deletes: the old tuple is the row and the old image
     BLOCK_UPDATES_OLD = 2    # updates with an old tuple ('K' / 'O'): old image, then row
+    BLOCK_MIXED = 3          # BLOCK_NEW's changes and deletes (typed tables only): each
+                             # change's first tuple is its row, a delete's also its old image
 
 
 cdef Py_ssize_t block_end(const MsgRef *refs, Py_ssize_t i, Py_ssize_t nrefs, uint32_t relid,
-                          int ncols, int xo, int *olds, Py_ssize_t *nbytes) noexcept nogil:
+                          int ncols, int xo, int *olds, Py_ssize_t *nbytes, bint mix=False) noexcept nogil:
     """The end of the block of a run that starts at refs[i] (_run_typed_blocks, _run_event_blocks): up
     to FAST_BLOCK_ROWS changes of relid with ncols columns (and FAST_BLOCK_BYTES bytes, at
     least one change), all of one shape, set in *olds: inserts and updates without an
     old tuple (BLOCK_NEW), deletes (BLOCK_DELETES), or updates with an old tuple
     (BLOCK_UPDATES_OLD). *nbytes: their bytes. xo is 4 for changes that carry a streamed
-    transaction's xid after the type byte, else 0. The header tests only choose the
-    path: the scans check every message as the row-wise scan does."""
+    transaction's xid after the type byte, else 0. mix (the typed tables): deletes
+    may be among BLOCK_NEW's changes, and a block with any is BLOCK_MIXED. The header
+    tests only choose the path: the scans check every message as the row-wise scan
+    does."""
     cdef Py_ssize_t j = i, nb = 0
     cdef const MsgRef *m
     cdef const unsigned char *p
     cdef uint8_t t
     cdef int shape = BLOCK_NEW
-    if refs[i].n >= 8 + xo and refs[i].p[0] == MSG_DELETE:
+    cdef bint dels = False
+    if refs[i].n >= 8 + xo and refs[i].p[0] == MSG_DELETE and not mix:
         shape = BLOCK_DELETES
     elif (refs[i].n >= 8 + xo and refs[i].p[0] == MSG_UPDATE
           and (refs[i].p[5 + xo] == TUPLE_KEY or refs[i].p[5 + xo] == TUPLE_OLD)):
@@ -384,12 +389,14 @@ cdef Py_ssize_t block_end(const MsgRef *refs, Py_ssize_t i, Py_ssize_t nrefs, ui
             if t != MSG_UPDATE or (p[5 + xo] != TUPLE_KEY and p[5 + xo] != TUPLE_OLD):
                 break
         elif (t != MSG_INSERT and t != MSG_UPDATE) or p[5 + xo] != TUPLE_NEW:
-            break
+            if not (mix and t == MSG_DELETE and (p[5 + xo] == TUPLE_KEY or p[5 + xo] == TUPLE_OLD)):
+                break
+            dels = True
         if pgo_be32(p + 1 + xo) != relid or pgo_be16s(p + 6 + xo) != ncols:
             break
         nb += m.n
         j += 1
-    olds[0] = shape
+    olds[0] = BLOCK_MIXED if dels else shape
     nbytes[0] = nb
     return j
 
@@ -411,10 +418,12 @@ cdef inline Py_ssize_t prefetch_msgs(const MsgRef *refs, Py_ssize_t fetch, Py_ss
     return fetch
 
 
-cdef inline Py_ssize_t prefetch_end(Py_ssize_t j, Py_ssize_t nrefs) noexcept nogil:
-    """The end of the messages after a block ending at j that it prefetches: up to
-    FAST_BLOCK_ROWS of them (the next block's most)."""
-    return j + FAST_BLOCK_ROWS if j + FAST_BLOCK_ROWS < nrefs else nrefs
+cdef inline Py_ssize_t prefetch_end(Py_ssize_t i, Py_ssize_t j, Py_ssize_t nrefs) noexcept nogil:
+    """The end of the messages after a block refs[i..j) that it prefetches: as many as
+    the block has (the next block's most, when blocks are long), so that a run of short
+    blocks asks for each message once and not FAST_BLOCK_ROWS times."""
+    cdef Py_ssize_t e = j + (j - i)
+    return e if e < nrefs else nrefs
 
 
 cdef struct CpTables:        # the row pass's value tables, laid out in a scratch Buf

@@ -89,6 +89,7 @@ cdef class DecoderCore:
     cdef Buf scratch
     cdef Buf cp_scratch             # the column pass's value table (_column_block)
     cdef Buf run_refs               # MsgRef per spooled change of a replayed run
+    cdef Buf win_txn, win_grp, win_rows, win_refs   # a window's lists (txn_window.pxi)
 
     def __cinit__(self):
         self.rb_current = {}
@@ -128,6 +129,10 @@ cdef class DecoderCore:
         buf_free(&self.scratch)
         buf_free(&self.cp_scratch)
         buf_free(&self.run_refs)
+        buf_free(&self.win_txn)
+        buf_free(&self.win_grp)
+        buf_free(&self.win_rows)
+        buf_free(&self.win_refs)
 
     # -- catalog glue (rare: Python is fine) ---------------------------------------
     cdef int32_t _name_id(self, str name):
@@ -174,7 +179,7 @@ cdef class DecoderCore:
         up to the last commit before the bad message is kept (export() gives it).
         """
         cdef const MsgRef *refs = <const MsgRef *>refs_addr
-        cdef Py_ssize_t i = 0
+        cdef Py_ssize_t i = 0, k, skip = 0
         if self.state == ST_TXN:
             self.txn_part_start = 0         # the open transaction continues here
             self.txn_rel_log = []
@@ -189,6 +194,13 @@ cdef class DecoderCore:
                     pending_spool_run(self, refs, &i, nrefs)
                     if i >= nrefs:
                         break
+                elif (self.state == ST_NONE and self.want_tables and g_windows and i >= skip
+                        and refs[i].n == 21 and refs[i].p[0] == MSG_BEGIN):
+                    # whole small transactions: typed rows gathered per relation
+                    k = window_run(self, refs, i, nrefs, &skip)
+                    if k > i:
+                        i = k
+                        continue
                 self._dispatch(&refs[i], i, refs)
                 i += 1
             if self.state == ST_TXN and not self.txn_spooled:
@@ -555,7 +567,7 @@ cdef class DecoderCore:
             # updates without an old tuple; of deletes (their old tuple is also the
             # row: _before's dense columns and the row's both get it); or of updates
             # with an old tuple (to _before) and the new one (the row)
-            j = block_end(refs, i, nrefs, relid, ncols, xo, &olds, &nbytes)
+            j = block_end(refs, i, nrefs, relid, ncols, xo, &olds, &nbytes, True)
             with_old = olds != BLOCK_NEW
             if j == i:
                 break
@@ -676,11 +688,8 @@ cdef class DecoderCore:
                 break
             if not rb.dirty:
                 self._touch(rb)
-            if j - i < CP_MIN_ROWS:
-                if self.want_tables:
-                    break                # (the caller writes it row-wise, both outputs)
-                i = self._dml_rows(refs, i, j, index, rb, xo)
-                continue
+            if j - i < CP_MIN_ROWS and self.want_tables:
+                break                    # (the caller writes it row-wise, both outputs)
             k = self._ev_block(refs, i, j, nrefs, rb, olds, xo)
             if k < j:
                 i = k
@@ -705,7 +714,7 @@ cdef class DecoderCore:
         cdef int64_t relid = rb.relid
         cdef int32_t rid = rb.id
         cdef char op = b'd' if olds == BLOCK_DELETES else b'u' if olds == BLOCK_UPDATES_OLD else 0
-        cdef Py_ssize_t ahead = prefetch_end(j, nrefs), fetch = j
+        cdef Py_ssize_t ahead = prefetch_end(i, j, nrefs), fetch = j
         base = e.meta.rows
         while done < rows:
             p = refs[i + done].p
@@ -797,7 +806,9 @@ cdef class DecoderCore:
         cdef unsigned char *bkind
         if stride < 1:
             stride = 1
-        cdef Py_ssize_t i0 = i, ahead = prefetch_end(j, nrefs), fetch = j
+        cdef Py_ssize_t i0 = i, ahead = prefetch_end(i, j, nrefs), fetch = j
+        if olds == BLOCK_MIXED:
+            return self._mixed_block(refs, i, j, nrefs, rb, xo)
         if cp_tables(&self.cp_scratch, stride, ncols, two, &tb) < 0:
             raise MemoryError()
         vp = tb.vp
@@ -858,6 +869,110 @@ cdef class DecoderCore:
                 rb.before_kind.len += done
                 rb.nbefore += done
             meta_put_run(meta, refs + i, done, ctx, op)
+            i += done
+            if done < rows or rc != 0:
+                return i
+        return i
+
+    cdef Py_ssize_t _mixed_block(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
+                                 Py_ssize_t nrefs, RelBuilders rb, int xo) except -1:
+        """_column_block of a BLOCK_MIXED block: inserts, updates without an old tuple and
+        deletes. Each change's first tuple is its row (a delete's old key or row, as
+        _write_dml writes it), through the row pass and the column pass of every row;
+        then the deletes' old images, gathered from the same value tables, through the
+        column pass into _before's dense columns. Returns the first row not written."""
+        cdef Column **cols = rb.cols
+        cdef Column **before = rb.before
+        cdef int ncols = rb.ncols
+        cdef Meta *meta = &rb.meta
+        cdef Py_ssize_t stride = CP_VALUES // ncols
+        cdef Py_ssize_t rows, got, done, k, base, bbase, r, nd, kept
+        cdef const unsigned char **vp
+        cdef int32_t *vn
+        cdef uint8_t *ckind
+        cdef const unsigned char **dvp
+        cdef int32_t *dvn
+        cdef int32_t *drow
+        cdef CpTables tb
+        cdef int c, rc = 0
+        cdef int32_t row32
+        cdef unsigned char *brows
+        cdef unsigned char *bkind
+        cdef Py_ssize_t i0 = i, ahead = prefetch_end(i, j, nrefs), fetch = j
+        if stride < 1:
+            stride = 1
+        # (two tables: the rows' values, and the deletes' gathered; then a row list)
+        if (cp_tables(&self.cp_scratch, stride, ncols, True, &tb) < 0
+                or buf_reserve(&self.scratch, 4 * stride) < 0):
+            raise MemoryError()
+        vp = tb.vp
+        vn = tb.vn
+        ckind = tb.ckind
+        dvp = tb.vp2
+        dvn = tb.vn2
+        drow = <int32_t *>self.scratch.data
+        while i < j:
+            rows = j - i
+            if rows > stride:
+                rows = stride
+            memset(ckind, 0, <size_t>ncols)
+            got = cp_rows(refs + i, rows, ncols, stride, vp, vn, ckind, vp, vn, ckind, False, xo)
+            if got == 0:
+                return i
+            base = meta.rows
+            bbase = rb.nbefore
+            done = got
+            for c in range(ncols):
+                fetch = prefetch_msgs(refs, fetch, j + ((i - i0) * ncols + (c + 1) * rows)
+                                      * (ahead - j) // ((j - i0) * ncols))
+                k = cp_column(cols[c], ckind[c], vp + c * stride, vn + c * stride, done, &rc)
+                if k < done:
+                    done = k
+                if rc != 0:
+                    break
+            # the deletes among the rows written: their old images, gathered
+            nd = 0
+            if rc == 0:
+                for r in range(done):
+                    if refs[i + r].p[0] == MSG_DELETE:
+                        drow[nd] = <int32_t>r
+                        nd += 1
+                if nd:
+                    for c in range(ncols):
+                        for r in range(nd):
+                            dvp[c * stride + r] = vp[c * stride + drow[r]]
+                            dvn[c * stride + r] = vn[c * stride + drow[r]]
+                    kept = nd
+                    for c in range(ncols):
+                        k = cp_column(before[c], ckind[c], dvp + c * stride, dvn + c * stride, kept, &rc)
+                        if k < kept:
+                            kept = k
+                        if rc != 0:
+                            break
+                    if kept < nd or rc != 0:
+                        # (rows from the delete whose old image stopped go row-wise)
+                        done = drow[kept] if kept < nd else done
+                        nd = kept
+            if rc != 0:
+                done = 0
+                nd = 0
+            if done < got or rc != 0:
+                for c in range(ncols):
+                    cp_cut(cols[c], base + done)
+                    cp_cut(before[c], bbase + nd)
+            for c in range(ncols):
+                if cp_toast_clear(cols[c], base, done) < 0 or cp_toast_clear(before[c], bbase, nd) < 0:
+                    raise MemoryError()
+            brows = rb.before_rows.data + rb.before_rows.len
+            bkind = rb.before_kind.data + rb.before_kind.len
+            for r in range(nd):
+                row32 = <int32_t>(base + drow[r])
+                memcpy(brows + 4 * r, &row32, 4)
+                bkind[r] = refs[i + drow[r]].p[5 + xo]
+            rb.before_rows.len += 4 * nd
+            rb.before_kind.len += nd
+            rb.nbefore += nd
+            meta_put_run(meta, refs + i, done, &self.ctx, 0)
             i += done
             if done < rows or rc != 0:
                 return i

@@ -113,7 +113,7 @@ cdef inline void meta_put_run(Meta *m, const MsgRef *refs, Py_ssize_t n, Ctx *ct
                               char op) noexcept nogil:
     """meta_put of refs[0..n) into room that meta_reserve made, one column at a time (the
     transaction's fields are the same for every row); op 0: 'c' for an insert, 'u' for
-    an update, by each message's type byte. Advances ctx.seq by n."""
+    an update, 'd' for a delete, by each message's type byte. Advances ctx.seq by n."""
     cdef Py_ssize_t r
     cdef int64_t v
     cdef int64_t commit_lsn = ctx.commit_lsn, commit_ts = ctx.commit_ts
@@ -142,7 +142,8 @@ cdef inline void meta_put_run(Meta *m, const MsgRef *refs, Py_ssize_t n, Ctx *ct
         memset(d, op, <size_t>n)
     else:
         for r in range(n):
-            d[r] = ins if refs[r].p[0] == MSG_INSERT else 117      # 'c' (or 'r') / 'u'
+            d[r] = (ins if refs[r].p[0] == MSG_INSERT
+                    else 117 if refs[r].p[0] == MSG_UPDATE else 100)   # 'c' (or 'r') / 'u' / 'd'
     d = m.origin.data + m.origin.len
     for r in range(n):
         memcpy(d + 4 * r, &origin, 4)

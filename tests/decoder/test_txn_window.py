@@ -1,0 +1,175 @@
+"""Windows of small transactions (src/txn_window.pxi): runs of whole plain transactions
+whose typed rows the native core gathers per relation (and writes deletes among inserts
+in one column-pass block) must give exactly what the message-at-a-time path gives, and
+what the pure-Python reference gives: every typed table (row order, values, metadata:
+commit LSN, time, xid, seq, op), the change-event table, the same DecodeError (index,
+offset, type) with the same output before it when a message is damaged, whatever the
+feed boundaries."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from pgoutput_fast import Begin, Commit, Delete, Insert, Relation, RelationColumn, Update, Value, encode_message
+from tests.decoder.test_decoder_parity import (
+    IMPLS, StreamBuilder, allowed_cuts, assert_results_equal, damage_one, feed_both, make_decoder,
+    run_feed, split,
+)
+from tests.support.captures import FIXTURE_NAMES, load_fixture
+
+native = pytest.importorskip("pgoutput_fast._native")
+
+WINDOW_SETTINGS = settings(max_examples=150, deadline=None,
+                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+class SmallTxnBuilder(StreamBuilder):
+    """Many plain transactions of a few Insert / Update / Delete each over interleaved
+    relations (each defined once, in the transaction that first touches it), some of
+    them the initial snapshot's (xid 0: inserts are 'r'), now and then a transaction
+    with a Relation repeat, an Origin or a Truncate (which the window does not take)."""
+
+    def change(self, xid=None, top=None):
+        relid = self.draw(st.sampled_from(self.relids))
+        if relid not in self.rels:
+            self.new_relation(relid, xid)
+        elif self.draw(st.integers(0, 60)) == 0:
+            self.emit(self.rels[relid]._replace(xid=xid), lsn=0)   # an identical repeat
+        rel = self.rels[relid]
+        op = self.draw(st.sampled_from("IIIIIUUUDD" + ("T" if self.draw(st.integers(0, 40)) == 0 else "")))
+        if op == "I":
+            self.emit(Insert(relid, self.tuple_for(rel, "N"), xid))
+        elif op == "U":
+            old_kind = self.draw(st.sampled_from([None, None, None, "K", "O"]))
+            old = None if old_kind is None else self.tuple_for(rel, old_kind)
+            self.emit(Update(relid, old_kind, old, self.tuple_for(rel, "N"), xid))
+        elif op == "D":
+            old_kind = self.draw(st.sampled_from(["K", "K", "O"]))
+            self.emit(Delete(relid, old_kind, self.tuple_for(rel, old_kind), xid))
+        else:
+            super().change(xid, top)
+
+    def origin(self):
+        if self.draw(st.integers(0, 30)) == 0:
+            super().origin()
+
+    def snapshot_txn(self):
+        final = self.lsn + 10_000
+        self.emit(Begin(final, 0, 0))                      # xid 0: the initial snapshot's
+        self.body(max_changes=self.plain_changes)
+        self.emit(Commit(0, final, final + 40, 0), lsn=final + 40)
+        self.lsn = final + 41
+
+    def build(self, steps):
+        for _ in range(steps):
+            if self.draw(st.integers(0, 12)) == 0:
+                self.snapshot_txn()
+            else:
+                self.plain()
+        return self.msgs, self.lsns
+
+
+@st.composite
+def small_txns(draw, max_txns=40, plain_changes=12, relids=(16384, 16390)):
+    builder = SmallTxnBuilder(draw, redefine=False, binary=draw(st.booleans()),
+                              plain_changes=plain_changes, relids=relids)
+    return builder.build(draw(st.integers(1, max_txns)))
+
+
+def feed_native(batches, windows, **kwargs):
+    """The native decoder's results per feed, with the windows on or off."""
+    was = native._set_txn_windows(windows)
+    try:
+        dec = make_decoder(IMPLS["native"], **kwargs)
+        return [run_feed(dec, pa.array(m, pa.binary()), list(l)) for m, l in batches]
+    finally:
+        native._set_txn_windows(was)
+
+
+def assert_windows_change_nothing(batches, **kwargs):
+    on = feed_native(batches, True, **kwargs)
+    off = feed_native(batches, False, **kwargs)
+    for k, (a, b) in enumerate(zip(on, off)):
+        assert_results_equal(a, b, f"feed {k}, windows on / off")
+    feed_both(batches, **kwargs)                     # and the reference, windows on
+
+
+@WINDOW_SETTINGS
+@given(stream=small_txns(), data=st.data())
+def test_small_transactions_same_with_and_without_windows(stream, data):
+    msgs, lsns = stream
+    options = data.draw(st.sampled_from([{}, {"events": False}, {"binary_unknown": True}]))
+    cuts = allowed_cuts(msgs, data.draw(st.lists(st.integers(1, max(1, len(msgs) - 1)), max_size=3,
+                                                  unique=True)) if len(msgs) > 1 else [])
+    assert_windows_change_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))), **options)
+
+
+@WINDOW_SETTINGS
+@given(stream=small_txns(max_txns=25), data=st.data())
+def test_small_transactions_damaged_same_error(stream, data):
+    """One message damaged inside (or around) a window: the window undoes what it wrote
+    and the message-at-a-time path reports the error with the output before it."""
+    msgs, lsns = stream
+    damage_one(msgs, data)
+    assert_windows_change_nothing([(msgs, lsns)], **data.draw(st.sampled_from([{}, {"events": False}])))
+
+
+@WINDOW_SETTINGS
+@given(stream=small_txns(max_txns=30, plain_changes=30, relids=(16384,)), data=st.data())
+def test_one_relation_many_transactions(stream, data):
+    """One relation over many transactions: gathered into blocks of the column pass,
+    inserts, key-less updates and deletes mixed in one block."""
+    msgs, lsns = stream
+    assert_windows_change_nothing([(msgs, lsns)], **data.draw(st.sampled_from([{}, {"events": False}])))
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_real_captures_same_with_and_without_windows(name):
+    lsns, msgs = load_fixture(name)
+    for options in ({}, {"events": False}):
+        assert_windows_change_nothing([(list(msgs), list(lsns))], **options)
+
+
+def test_windows_are_taken_and_gather_across_transactions():
+    """The path under test runs: 200 transactions of 3 changes over two relations
+    alternating (runs of one change), inserts and deletes; the typed tables come out in
+    stream order per relation with each row's own transaction's metadata."""
+    rels = [Relation(16384 + k, "public", f"t{k}", "d",
+                     (RelationColumn(1, "id", 20, -1), RelationColumn(0, "v", 25, -1)), None)
+            for k in range(2)]
+    msgs, lsns, lsn = [], [], 100
+    expect = {0: [], 1: []}
+    for r in rels:
+        msgs.append(encode_message(r))
+        lsns.append(0)
+    for t in range(200):
+        final = lsn + 1000
+        msgs.append(encode_message(Begin(final, 1_000_000 + t, 900 + t)))
+        lsns.append(lsn)
+        for c in range(3):
+            k = (t + c) % 2
+            lsn += 8
+            if c == 2 and t % 4 == 0:
+                msgs.append(encode_message(Delete(16384 + k, "K", (Value("t", str(t).encode()), None))))
+                expect[k].append((t, "d", c, 900 + t, final))
+            else:
+                msgs.append(encode_message(Insert(16384 + k, (Value("t", str(t).encode()),
+                                                              Value("t", f"v{t}.{c}".encode())))))
+                expect[k].append((t, "c", c, 900 + t, final))
+            lsns.append(lsn)
+        msgs.append(encode_message(Commit(0, final, final + 8, 1_000_000 + t)))
+        lsns.append(final + 8)
+        lsn = final + 16
+    before = native._txn_windows_taken()
+    assert_windows_change_nothing([(msgs, lsns)])
+    assert native._txn_windows_taken() > before
+    dec = make_decoder(IMPLS["native"])
+    cs = dec.feed(pa.array(msgs, pa.binary()), lsns)
+    for k in range(2):
+        tb = cs.tables[f"public.t{k}"]
+        got = list(zip(tb.column("id").to_pylist(), tb.column("_op").to_pylist(),
+                       tb.column("_seq").to_pylist(), tb.column("_xid").to_pylist(),
+                       tb.column("_commit_lsn").to_pylist()))
+        assert got == expect[k]
