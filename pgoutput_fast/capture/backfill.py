@@ -38,6 +38,13 @@ the backfill is refused (take it again: a new backfill's point is past everythin
 applied before it). The backfill's own record (Delta transaction ``pgoutput_fast.
 backfill`` = ``P``) makes applying it again a no-op.
 
+Two-phase (a ``--two-phase`` capture): a prepared transaction's rows carry the position
+of its COMMIT PREPARED (the decoder replays them there), not of its PREPARE, so one
+prepared before ``P`` and committed at or after ``P`` (not in the snapshot) is applied
+from the stream, as the rule says. A transaction prepared before the backfill starts
+holds the slot's creation until it ends (PostgreSQL counts it as running), so ``P`` is
+then past it (``tests/capture/test_backfill.py``).
+
 A crash or stop in the middle leaves the checkpoint saying ``creating``/``copying``:
 readers see no segment; the temporary slot died with the connection. Run the same
 command again (into the same directory, which is then reset, or a fresh one).
