@@ -715,7 +715,7 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
     import pyarrow as pa
 
     from .columns import MessageColumns
-    from .store import DirectoryWriter
+    from .store import SNAPSHOT_COMPRESSION, DirectoryWriter
     from ..encode import encode_message
     from ..messages import Begin, Commit, Truncate
     from .stream import now_pg_us
@@ -825,12 +825,13 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
     for th in threads:
         th.start()
 
-    writer = DirectoryWriter(out, state, file_mode=cfg.file_mode, compression=cfg.compression,
+    compression = cfg.compression or SNAPSHOT_COMPRESSION
+    writer = DirectoryWriter(out, state, file_mode=cfg.file_mode, compression=compression,
                              metadata={"slot": cfg.slot, "options": options.as_dict(),
                                        "server_version_num": stream.version_num,
                                        "snapshot": {"consistent_point": point}})
     writer.note_confirmable(state.confirmable_lsn)
-    pipe = _Pipeline(writer, cfg.compression, encoders, pending_bytes, abort, stop_event, errors,
+    pipe = _Pipeline(writer, compression, encoders, pending_bytes, abort, stop_event, errors,
                      summary)
     base = point - min(LSN_SPAN, point - 1)
     commit_ts = now_pg_us()
