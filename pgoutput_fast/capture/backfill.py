@@ -171,7 +171,7 @@ def run_backfill(cfg: BackfillConfig, stop_event: threading.Event | None = None)
     from .dsn import connect_error
     from .runner import _check_names
     from .snapshot import _WorkerConnections, _copy, _reset_directory, create_slot_exported
-    from .store import DirectoryLock, dir_mode, new_capture_id, write_checkpoint
+    from .store import new_capture_id, open_directory, write_checkpoint
     from .stream import ConnectFailed, ReplicationStream, choose_options
 
     stop_event = stop_event or threading.Event()
@@ -179,14 +179,7 @@ def run_backfill(cfg: BackfillConfig, stop_event: threading.Event | None = None)
     pubs = _check_names(cfg)
     out = os.fspath(cfg.out)
     progress = _Progress(cfg.progress, cfg.log_interval)
-    try:
-        os.makedirs(out, mode=dir_mode(cfg.file_mode), exist_ok=True)
-    except OSError as exc:
-        raise DirectoryRefused(f"cannot create the backfill directory {out}: "
-                               f"{exc.strerror or exc}") from None
-    if not os.path.isdir(out):
-        raise DirectoryRefused(f"--out {out} is not a directory")
-    lock = DirectoryLock(out, cfg.file_mode)
+    lock = open_directory(out, cfg.file_mode, "backfill")
     result = CaptureResult()
     t0 = time.monotonic()
     try:

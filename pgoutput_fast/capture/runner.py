@@ -14,7 +14,7 @@ import time
 from ..lsn import format_lsn
 from .errors import CaptureError, DirectoryRefused, DurabilityError, ServerRefused
 from .state import CaptureState
-from .store import (STREAM_COMPRESSION, DirectoryLock, dir_mode, new_capture_id, plan_recovery,
+from .store import (STREAM_COMPRESSION, new_capture_id, open_directory, plan_recovery,
                     upgrade_legacy, write_checkpoint)
 from .stream import (ConnectFailed, ConnectionLost, ReplicationStream, SlotBusy, choose_options,
                      publication_list)
@@ -284,14 +284,7 @@ def run_capture(cfg: CaptureConfig, stop_event: threading.Event | None = None) -
     pubs = _check_names(cfg)
     out = os.fspath(cfg.out)
     progress = _Progress(cfg.progress, cfg.log_interval)
-    try:
-        os.makedirs(out, mode=dir_mode(cfg.file_mode), exist_ok=True)
-    except OSError as exc:
-        raise DirectoryRefused(f"cannot create the capture directory {out}: "
-                               f"{exc.strerror or exc}") from None
-    if not os.path.isdir(out):
-        raise DirectoryRefused(f"--out {out} is not a directory")
-    lock = DirectoryLock(out, cfg.file_mode)
+    lock = open_directory(out, cfg.file_mode)
     result = CaptureResult()
     t0 = time.monotonic()
     backoff = 0.5

@@ -44,7 +44,7 @@ from .state import FORMAT, LEGACY_FORMAT, CaptureState
 
 __all__ = ["CHECKPOINT", "MANIFEST", "LOCK", "SEGMENT_SCHEMA", "SegmentEntry", "segment_name",
            "segment_seq", "read_checkpoint", "write_checkpoint", "read_manifest",
-           "DirectoryLock", "DirectoryWriter", "SegmentEncoder", "Recovery", "plan_recovery", "DEFAULT_FILE_MODE",
+           "DirectoryLock", "open_directory", "DirectoryWriter", "SegmentEncoder", "Recovery", "plan_recovery", "DEFAULT_FILE_MODE",
            "STREAM_COMPRESSION", "SNAPSHOT_COMPRESSION"]
 
 CHECKPOINT = "checkpoint.json"
@@ -357,6 +357,20 @@ class DirectoryLock:
         if self.fd is not None:
             os.close(self.fd)    # closing the descriptor releases the flock
             self.fd = None
+
+
+def open_directory(out, file_mode: int = DEFAULT_FILE_MODE, what: str = "capture") -> DirectoryLock:
+    """Create the directory ``out`` if it is missing (the x bits matching ``file_mode``)
+    and take its lock (``DirectoryLock``: the caller releases it). ``DirectoryRefused``
+    when it cannot be created, is not a directory, or another process holds it."""
+    try:
+        os.makedirs(out, mode=dir_mode(file_mode), exist_ok=True)
+    except OSError as exc:
+        raise DirectoryRefused(f"cannot create the {what} directory {out}: "
+                               f"{exc.strerror or exc}") from None
+    if not os.path.isdir(out):
+        raise DirectoryRefused(f"--out {out} is not a directory")
+    return DirectoryLock(out, file_mode)
 
 
 # ======================================================================================

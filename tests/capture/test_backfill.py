@@ -30,7 +30,7 @@ from pgoutput_fast import capture, sqlcapture
 from pgoutput_fast.capture import CaptureConfig
 from pgoutput_fast.capture.backfill import BackfillConfig, read_backfill, run_backfill
 
-from tests.support.procs import CliProcess
+from tests.support.procs import CliProcess, wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -126,19 +126,9 @@ class _Writer(threading.Thread):
             cur.execute("COMMIT")
 
 
-def _wait(pred, timeout=120, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _more_writes(writer, n):
     have = len(writer.commits)
-    _wait(lambda: len(writer.commits) >= have + n or writer.error, what="writes")
+    wait_until(lambda: len(writer.commits) >= have + n or writer.error, what="writes")
     assert writer.error is None, writer.error
 
 
@@ -147,7 +137,7 @@ def _capture_to_now(pg, conn, out, slot, pub, binary, writer=None, create=False)
     --until-lsn once idle)."""
     if writer is not None and writer.is_alive():
         writer.hold.set()
-        _wait(lambda: writer.held.is_set() or writer.error, what="the writer to pause")
+        wait_until(lambda: writer.held.is_set() or writer.error, what="the writer to pause")
     try:
         end = sqlcapture.wait_for_wal_flush(conn)
         cfg = CaptureConfig(pg.dsn(), slot, [pub], out, create_slot=create, binary=binary,
@@ -345,7 +335,7 @@ def test_backfill_with_a_transaction_prepared_before_it(server, tmp_path, outcom
         with conn.cursor() as cur:
             # the backfill's temporary slot exists, and stays in creation while the
             # transaction is prepared
-            _wait(lambda: th.is_alive() is False or (cur.execute(
+            wait_until(lambda: th.is_alive() is False or (cur.execute(
                 "SELECT count(*) FROM pg_replication_slots WHERE temporary") or cur.fetchone()[0]),
                 timeout=60, what="the backfill's slot")
             time.sleep(1.0)
@@ -446,14 +436,14 @@ def test_backfill_point_between_prepare_and_commit_prepared(server, tmp_path, ou
         c1.execute("BEGIN")
         c1.execute(f"INSERT INTO {s}.hold VALUES (1)")       # x1: holds the builder
         th.start()
-        _wait(lambda: logged("found initial starting point") or not th.is_alive(),
+        wait_until(lambda: logged("found initial starting point") or not th.is_alive(),
               timeout=60, what="the builder's starting point")
         c2.execute("BEGIN")
         c2.execute(f"INSERT INTO {s}.hold VALUES (2)")       # x2: began after it
         c1.execute("COMMIT")
         with conn.cursor() as cur:
             cur.execute("CHECKPOINT")
-        _wait(lambda: logged("found initial consistent point") or not th.is_alive(),
+        wait_until(lambda: logged("found initial consistent point") or not th.is_alive(),
               timeout=60, what="the builder's initial consistent point")
         # the transaction: begins now (the builder decodes it whole), prepared before P
         ct.execute("BEGIN")
