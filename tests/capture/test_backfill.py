@@ -268,6 +268,15 @@ def test_backfill_hand_over(server, tmp_path, binary):
         cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
 
 
+def _end_prepared(conn, gid):
+    """Roll back the prepared transaction ``gid`` if it is still there (a prepared
+    transaction holds every slot's creation on the server until it ends)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT gid FROM pg_prepared_xacts WHERE gid = %s", (gid,))
+        if cur.fetchall():
+            cur.execute(f"ROLLBACK PREPARED '{gid}'")
+
+
 def _wal_lsn(cur) -> int:
     from pgoutput_fast.lsn import parse_lsn
 
@@ -344,6 +353,7 @@ def test_backfill_with_a_transaction_prepared_before_it(server, tmp_path, outcom
             cur.execute(f"{'COMMIT' if outcome == 'commit' else 'ROLLBACK'} PREPARED '{gid}'")
             finish_end = _wal_lsn(cur)
     finally:
+        _end_prepared(conn, gid)       # (a failure above must not leave it holding slots)
         th.join(120)
     assert not th.is_alive(), "the backfill did not finish"
     assert "error" not in done, done.get("error")
@@ -468,13 +478,10 @@ def test_backfill_point_between_prepare_and_commit_prepared(server, tmp_path, ou
             assert bf.point <= finish_start                    # ... and finished after it
             cur.execute(f"UPDATE {s}.b SET n = -2 WHERE id = 12")
     finally:
-        th.join(120)
         for c in (x1, x2, tx):
             c.close()
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT gid FROM pg_prepared_xacts WHERE gid = '{gid}'")
-            if cur.fetchall():
-                cur.execute(f"ROLLBACK PREPARED '{gid}'")
+        _end_prepared(conn, gid)
+        th.join(120)
     capture_to_now()
 
     # the snapshot has no row of the transaction, the stream has them at or after P
