@@ -38,6 +38,13 @@ the backfill is refused (take it again: a new backfill's point is past everythin
 applied before it). The backfill's own record (Delta transaction ``pgoutput_fast.
 backfill`` = ``P``) makes applying it again a no-op.
 
+Two-phase (a ``--two-phase`` capture): a prepared transaction's rows carry the position
+of its COMMIT PREPARED (the decoder replays them there), not of its PREPARE, so one
+prepared before ``P`` and committed at or after ``P`` (not in the snapshot) is applied
+from the stream, as the rule says. A transaction prepared before the backfill starts
+holds the slot's creation until it ends (PostgreSQL counts it as running), so ``P`` is
+then past it (``tests/capture/test_backfill.py``).
+
 A crash or stop in the middle leaves the checkpoint saying ``creating``/``copying``:
 readers see no segment; the temporary slot died with the connection. Run the same
 command again (into the same directory, which is then reset, or a fresh one).
@@ -164,7 +171,7 @@ def run_backfill(cfg: BackfillConfig, stop_event: threading.Event | None = None)
     from .dsn import connect_error
     from .runner import _check_names
     from .snapshot import _WorkerConnections, _copy, _reset_directory, create_slot_exported
-    from .store import DirectoryLock, dir_mode, new_capture_id, write_checkpoint
+    from .store import new_capture_id, open_directory, write_checkpoint
     from .stream import ConnectFailed, ReplicationStream, choose_options
 
     stop_event = stop_event or threading.Event()
@@ -172,14 +179,7 @@ def run_backfill(cfg: BackfillConfig, stop_event: threading.Event | None = None)
     pubs = _check_names(cfg)
     out = os.fspath(cfg.out)
     progress = _Progress(cfg.progress, cfg.log_interval)
-    try:
-        os.makedirs(out, mode=dir_mode(cfg.file_mode), exist_ok=True)
-    except OSError as exc:
-        raise DirectoryRefused(f"cannot create the backfill directory {out}: "
-                               f"{exc.strerror or exc}") from None
-    if not os.path.isdir(out):
-        raise DirectoryRefused(f"--out {out} is not a directory")
-    lock = DirectoryLock(out, cfg.file_mode)
+    lock = open_directory(out, cfg.file_mode, "backfill")
     result = CaptureResult()
     t0 = time.monotonic()
     try:

@@ -14,8 +14,8 @@ import time
 from ..lsn import format_lsn
 from .errors import CaptureError, DirectoryRefused, DurabilityError, ServerRefused
 from .state import CaptureState
-from .store import (DirectoryLock, dir_mode, new_capture_id, plan_recovery, upgrade_legacy,
-                    write_checkpoint)
+from .store import (STREAM_COMPRESSION, new_capture_id, open_directory, plan_recovery,
+                    upgrade_legacy, write_checkpoint)
 from .stream import (ConnectFailed, ConnectionLost, ReplicationStream, SlotBusy, choose_options,
                      publication_list)
 from .snapshot import initial_snapshot, snapshot_mode, snapshot_needed
@@ -33,7 +33,7 @@ class CaptureConfig:
                  chunk_bytes=8 << 20, memory_bytes=256 << 20, until_lsn=None, progress="auto",
                  log_interval=10.0,
                  max_backoff=30.0, max_reconnects=None, stop_timeout=60.0, write_delay=0.0,
-                 compression="zstd", ack_delay=0.0, file_mode=0o600, slot_busy_timeout=10.0,
+                 compression=None, ack_delay=0.0, file_mode=0o600, slot_busy_timeout=10.0,
                  idle_checkpoint_seconds=1.0, snapshot=None, snapshot_workers=1,
                  snapshot_range_blocks=None):
         self.dsn = dsn
@@ -61,6 +61,9 @@ class CaptureConfig:
         self.max_reconnects = max_reconnects
         self.stop_timeout = stop_timeout
         self.write_delay = write_delay
+        #: the segments' Parquet codec ("zstd", "lz4", "snappy", "none", ...); None: zstd
+        #: for the stream's segments, lz4 for the snapshot's (``store.STREAM_COMPRESSION``,
+        #: ``store.SNAPSHOT_COMPRESSION``); a value given applies to both
         self.compression = compression
         #: tests only: confirm a durable position this many seconds late (widens the
         #: window "checkpoint written, status update not sent" that a crash can hit)
@@ -281,14 +284,7 @@ def run_capture(cfg: CaptureConfig, stop_event: threading.Event | None = None) -
     pubs = _check_names(cfg)
     out = os.fspath(cfg.out)
     progress = _Progress(cfg.progress, cfg.log_interval)
-    try:
-        os.makedirs(out, mode=dir_mode(cfg.file_mode), exist_ok=True)
-    except OSError as exc:
-        raise DirectoryRefused(f"cannot create the capture directory {out}: "
-                               f"{exc.strerror or exc}") from None
-    if not os.path.isdir(out):
-        raise DirectoryRefused(f"--out {out} is not a directory")
-    lock = DirectoryLock(out, cfg.file_mode)
+    lock = open_directory(out, cfg.file_mode)
     result = CaptureResult()
     t0 = time.monotonic()
     backoff = 0.5
@@ -466,7 +462,8 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
     stream.session_started = True
     stream.start(cfg.slot, options, 0)
     stream.send_status()
-    writer = SegmentWriter(out, state, compression=cfg.compression, write_delay=cfg.write_delay,
+    writer = SegmentWriter(out, state, compression=cfg.compression or STREAM_COMPRESSION,
+                           write_delay=cfg.write_delay,
                            max_bytes=cfg.memory_bytes // 2, file_mode=cfg.file_mode,
                            metadata={"slot": cfg.slot, "options": options.as_dict(),
                                      "server_version_num": stream.version_num})

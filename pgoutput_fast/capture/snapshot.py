@@ -37,10 +37,12 @@ How it goes (``initial_snapshot``)
    sends only transactions that commit at or after its consistent point), and the
    chunks' commit LSNs grow in segment order. A segment holds at most
    ``SEGMENT_BYTES`` (16 MB) of messages, a chunk a quarter of that. Segments are
-   encoded in memory by encoder threads, consecutive ones in parallel while the COPY
-   goes on, and one writer thread makes them durable in order, each followed by its
-   checkpoint (still ``copying``), as in capture (``_Pipeline``,
-   ``store.SegmentEncoder``, ``DirectoryWriter.add_segment``).
+   encoded by encoder threads (Parquet, LZ4 unless ``compression`` says otherwise)
+   straight into their temp files, hashed on the way and fsynced, consecutive ones in
+   parallel while the COPY goes on, and one writer thread makes them durable in order
+   (rename, directory fsync, manifest line), each followed by its checkpoint (still
+   ``copying``), as in capture (``_Pipeline``, ``store.SegmentEncoder``,
+   ``DirectoryWriter.add_written_segment``).
 6. After the last segment is durable the checkpoint says ``"done"`` with
    ``durable_lsn`` the end of the last chunk and ``acked_lsn`` the consistent point
    (what the slot already holds). Only then is ``START_REPLICATION`` sent: nothing of
@@ -715,7 +717,7 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
     import pyarrow as pa
 
     from .columns import MessageColumns
-    from .store import DirectoryWriter
+    from .store import SNAPSHOT_COMPRESSION, DirectoryWriter
     from ..encode import encode_message
     from ..messages import Begin, Commit, Truncate
     from .stream import now_pg_us
@@ -825,12 +827,13 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
     for th in threads:
         th.start()
 
-    writer = DirectoryWriter(out, state, file_mode=cfg.file_mode, compression=cfg.compression,
+    compression = cfg.compression or SNAPSHOT_COMPRESSION
+    writer = DirectoryWriter(out, state, file_mode=cfg.file_mode, compression=compression,
                              metadata={"slot": cfg.slot, "options": options.as_dict(),
                                        "server_version_num": stream.version_num,
                                        "snapshot": {"consistent_point": point}})
     writer.note_confirmable(state.confirmable_lsn)
-    pipe = _Pipeline(writer, cfg.compression, encoders, pending_bytes, abort, stop_event, errors,
+    pipe = _Pipeline(writer, compression, encoders, pending_bytes, abort, stop_event, errors,
                      summary)
     base = point - min(LSN_SPAN, point - 1)
     commit_ts = now_pg_us()
@@ -1010,16 +1013,20 @@ class _Pipeline:
     """The snapshot's segments, encoded in parallel and written in order.
 
     The copy loop ``add``s each transaction (a row group) to segment ``seq`` and
-    ``close``s the segment when it is full. Segment ``seq`` is encoded in memory by
-    encoder thread ``seq % encoders`` (``store.SegmentEncoder``: Parquet, page
-    checksums, SHA-256; pyarrow and hashlib run without the GIL), so consecutive
-    segments are encoded at the same time, while the COPY goes on. One writer thread
-    takes the encoded segments in order and makes each durable
-    (``DirectoryWriter.add_segment``: write, fsync, rename, directory fsync, manifest
-    line fsynced) and then the checkpoint given to ``close`` (still ``copying``, as
+    ``close``s the segment when it is full. Segment ``seq`` is encoded by encoder
+    thread ``seq % encoders`` (``store.SegmentEncoder``: Parquet, page checksums,
+    written to the segment's temp file as it is encoded and hashed on the way, fsynced
+    when closed; pyarrow, hashlib and the writes run without the GIL), so consecutive
+    segments are encoded and written at the same time, while the COPY goes on. One
+    writer thread takes the closed segments in order and makes each durable
+    (``DirectoryWriter.add_written_segment``: rename, directory fsync, manifest line
+    fsynced) and then the checkpoint given to ``close`` (still ``copying``, as
     capture's after each segment; skipped when the next segment or the end is already
-    queued: the next checkpoint vouches for both). ``finish()`` returns when every closed segment is durable (or the
-    pipeline failed: the error is in ``errors``, ``abort`` is set).
+    queued: the next checkpoint vouches for both). ``finish()`` returns when every
+    closed segment is durable (or the pipeline failed: the error is in ``errors``,
+    ``abort`` is set). A temp file of a segment abandoned (abort, failure) is removed;
+    one left by a crash is removed by the next start (the snapshot, never ``done``, is
+    then copied again from scratch).
 
     Memory: the bytes of transactions added and not yet durable are bounded by
     ``max_pending`` (``add`` waits for room).
@@ -1098,20 +1105,28 @@ class _Pipeline:
 
     # encoder threads
     def _encode(self, q):
-        from .store import SegmentEncoder
+        from .store import SegmentEncoder, temp_name
 
         enc = None
         while True:
             kind, seq, payload = q.get()
             if kind == "stop":
+                if enc is not None:
+                    enc.discard()
                 return
             try:
                 if kind == "add":
                     if self.abort.is_set():
+                        if enc is not None:
+                            enc.discard()
                         enc = None
                         continue
                     if enc is None:
-                        enc = SegmentEncoder(self.writer.schema, self.compression)
+                        # straight to the segment's temp file, hashed on the way
+                        enc = SegmentEncoder(
+                            self.writer.schema, self.compression,
+                            path=os.path.join(self.writer.directory, temp_name(seq)),
+                            file_mode=self.writer.file_mode)
                     t = time.monotonic()
                     enc.write(payload)
                     payload = None
@@ -1119,15 +1134,22 @@ class _Pipeline:
                 elif kind == "close":
                     if enc is None or self.abort.is_set():
                         payload.set_exception(_Aborted())
+                        if enc is not None:
+                            enc.discard()
                         enc = None
                         continue
                     t = time.monotonic()
-                    data, digest = enc.finish()
+                    _none, digest = enc.finish()     # written and fsynced
                     self._spent(time.monotonic() - t)
-                    payload.set_result((data, digest, enc.first_ordinal, enc.rows))
+                    payload.set_result((enc.nbytes, digest, enc.first_ordinal, enc.rows))
                     enc = None
             except BaseException as exc:
+                if enc is not None:
+                    enc.discard()
                 enc = None
+                if isinstance(exc, OSError):
+                    exc = self.writer._fail("writing", os.path.join(
+                        self.writer.directory, temp_name(seq)), exc)
                 self._fail(exc)
                 if kind == "close":
                     payload.set_exception(_Aborted())
@@ -1140,12 +1162,12 @@ class _Pipeline:
                 return
             seq, done, state = item
             try:
-                data, digest, first, rows = done.result()
+                nbytes, digest, first, rows = done.result()
                 if self.abort.is_set():
+                    _unlink_temp(self.writer.directory, seq)
                     continue
                 t = time.monotonic()
-                self.writer.add_segment(seq, data, digest, first, rows)
-                del data
+                self.writer.add_written_segment(seq, nbytes, digest, first, rows)
                 if self._write_q.empty():
                     # (when more is queued, the next checkpoint, or the final one,
                     # vouches for this segment too)
@@ -1176,6 +1198,17 @@ def _tick(progress, stats, t0):
 
 class _Aborted(Exception):
     pass
+
+
+def _unlink_temp(directory, seq):
+    """Remove segment ``seq``'s temp file (best effort: the next start removes what is
+    left; a temp file is never part of the durable record)."""
+    from .store import temp_name
+
+    try:
+        os.unlink(os.path.join(directory, temp_name(seq)))
+    except OSError:
+        pass
 
 
 def _native_copy(stream):

@@ -44,12 +44,20 @@ from .state import FORMAT, LEGACY_FORMAT, CaptureState
 
 __all__ = ["CHECKPOINT", "MANIFEST", "LOCK", "SEGMENT_SCHEMA", "SegmentEntry", "segment_name",
            "segment_seq", "read_checkpoint", "write_checkpoint", "read_manifest",
-           "DirectoryLock", "DirectoryWriter", "SegmentEncoder", "Recovery", "plan_recovery", "DEFAULT_FILE_MODE"]
+           "DirectoryLock", "open_directory", "DirectoryWriter", "SegmentEncoder", "Recovery", "plan_recovery", "DEFAULT_FILE_MODE",
+           "STREAM_COMPRESSION", "SNAPSHOT_COMPRESSION"]
 
 CHECKPOINT = "checkpoint.json"
 MANIFEST = "manifest.jsonl"
 LOCK = "capture.lock"
 DEFAULT_FILE_MODE = 0o600
+#: the Parquet codec of segments when capture is given none (``CaptureConfig.compression``
+#: None): zstd for the stream's segments (written as the server sends, small on disk);
+#: LZ4 (pyarrow's "lz4": Parquet's LZ4_RAW) for an initial snapshot's or a backfill's,
+#: whose encoding competes with the server's COPY for the CPU (about 30% less encoding
+#: CPU than zstd, twice the bytes on disk; docs/capture.md "Initial snapshot")
+STREAM_COMPRESSION = "zstd"
+SNAPSHOT_COMPRESSION = "lz4"
 
 #: The columns of a segment (``framing.read_capture`` reads ``lsn`` and ``data``).
 SEGMENT_SCHEMA = pa.schema([
@@ -351,6 +359,20 @@ class DirectoryLock:
             self.fd = None
 
 
+def open_directory(out, file_mode: int = DEFAULT_FILE_MODE, what: str = "capture") -> DirectoryLock:
+    """Create the directory ``out`` if it is missing (the x bits matching ``file_mode``)
+    and take its lock (``DirectoryLock``: the caller releases it). ``DirectoryRefused``
+    when it cannot be created, is not a directory, or another process holds it."""
+    try:
+        os.makedirs(out, mode=dir_mode(file_mode), exist_ok=True)
+    except OSError as exc:
+        raise DirectoryRefused(f"cannot create the {what} directory {out}: "
+                               f"{exc.strerror or exc}") from None
+    if not os.path.isdir(out):
+        raise DirectoryRefused(f"--out {out} is not a directory")
+    return DirectoryLock(out, file_mode)
+
+
 # ======================================================================================
 # recovery: what startup may remove, proven by the checkpoint
 # ======================================================================================
@@ -624,6 +646,17 @@ class DirectoryWriter:
         self._record(seq, tmp, final, nbytes, digest, first_ordinal, messages)
         self._tmp = None
 
+    def add_written_segment(self, seq: int, nbytes: int, digest: str, first_ordinal: int,
+                            messages: int):
+        """Make a segment that a ``SegmentEncoder`` wrote to its temp file (``temp_name``,
+        fsynced) and hashed durable: rename, directory fsync, manifest line (fsynced).
+        No checkpoint, as ``add_segment``."""
+        if seq != self.last_segment + 1:
+            raise RuntimeError(f"segment {seq} added after {self.last_segment}")
+        tmp = os.path.join(self.directory, temp_name(seq))
+        final = os.path.join(self.directory, segment_name(seq))
+        self._record(seq, tmp, final, nbytes, digest, first_ordinal, messages)
+
     def _record(self, seq, tmp, final, nbytes, digest, first, rows):
         """Rename a fsynced temp file to its segment name, fsync the directory and
         append the segment's manifest line (fsynced)."""
@@ -695,18 +728,68 @@ def parquet_options(compression) -> dict:
             "write_statistics": ["lsn", "ordinal"], "write_page_checksum": True}
 
 
-class SegmentEncoder:
-    """One segment encoded in memory, the same Parquet ``DirectoryWriter`` writes (one
-    row group per ``write``); ``finish()`` gives its bytes and SHA-256 for
-    ``DirectoryWriter.add_segment``. pyarrow and hashlib release the GIL: encoders in
-    several threads run in parallel (the snapshot's pipeline)."""
+class _HashingFile:
+    """The file object a ``ParquetWriter`` writes a segment's temp file through: every
+    write goes to the descriptor and into the SHA-256 as it comes (no copy of the whole
+    file in memory, no second read to hash it)."""
 
-    def __init__(self, schema, compression="zstd"):
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.sha = hashlib.sha256()
+        self.size = 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        n = len(view)
+        self.sha.update(view)
+        while view:
+            k = os.write(self.fd, view)
+            view = view[k:]
+        self.size += n
+        return n
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self):
+        pass
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self):
+        self.closed = True
+
+
+class SegmentEncoder:
+    """One segment encoded, the same Parquet ``DirectoryWriter`` writes (one row group
+    per ``write``). In memory by default: ``finish()`` gives its bytes and SHA-256 for
+    ``DirectoryWriter.add_segment``. With ``path`` (the segment's temp file,
+    ``temp_name``) it is written there as it is encoded, hashed on the way, and
+    ``finish()`` fsyncs it and gives ``(None, SHA-256)`` (``nbytes``: its size) for
+    ``DirectoryWriter.add_written_segment``; ``discard()`` removes it. pyarrow and hashlib
+    release the GIL: encoders in several threads run in parallel (the snapshot's
+    pipeline)."""
+
+    def __init__(self, schema, compression="zstd", path=None, file_mode=DEFAULT_FILE_MODE):
         import pyarrow.parquet as pq
 
         self.schema = schema
-        self._sink = pa.BufferOutputStream()
-        self._pq: Any = pq.ParquetWriter(self._sink, schema, **parquet_options(compression))
+        self.path = path
+        self.nbytes = 0
+        self._file: _HashingFile | None = None
+        if path is None:
+            self._sink: Any = pa.BufferOutputStream()
+        else:
+            self._file = _HashingFile(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                                              file_mode))
+            self._sink = self._file
+        try:
+            self._pq: Any = pq.ParquetWriter(self._sink, schema, **parquet_options(compression))
+        except BaseException:
+            self.discard()
+            raise
         self.first_ordinal: int | None = None
         self.rows = 0
 
@@ -719,12 +802,44 @@ class SegmentEncoder:
         self.rows += table.num_rows
 
     def finish(self) -> tuple:
-        """``(buffer, SHA-256 hex)`` of the whole file."""
+        """``(buffer, SHA-256 hex)`` of the whole file; ``(None, SHA-256 hex)`` when it
+        was written to ``path`` (then fsynced and closed)."""
         self._pq.close()
         self._pq = None
-        data = self._sink.getvalue()
+        if self._file is None:
+            data = self._sink.getvalue()
+            self._sink = None
+            self.nbytes = data.size
+            return data, hashlib.sha256(data).hexdigest()
+        f, self._file, self._sink = self._file, None, None
+        try:
+            os.fsync(f.fd)
+        finally:
+            os.close(f.fd)
+        self.nbytes = f.size
+        return None, f.sha.hexdigest()
+
+    def discard(self):
+        """Drop the segment (its temp file, if any; best effort: a temp file is never
+        part of the durable record, and the next start removes what is left)."""
+        if self._pq is not None:
+            try:
+                self._pq.close()
+            except Exception:
+                pass
+            self._pq = None
+        if self._file is not None:
+            try:
+                os.close(self._file.fd)
+            except OSError:
+                pass
+            self._file = None
+        if self.path is not None:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
         self._sink = None
-        return data, hashlib.sha256(data).hexdigest()
 
 
 def new_capture_id() -> str:

@@ -9,7 +9,10 @@ backfill (``apply_changeset(..., backfills=[DIR])``): every table equals Postgre
 ``SELECT`` (text and binary), applying again changes nothing. The refusal: a table
 whose stream changes were applied past the backfill's point refuses it (one line),
 and a backfill taken again is accepted. Also the CLI's one-line refusals, and the
-capture refusing a backfill directory.
+capture refusing a backfill directory. With a ``--two-phase`` capture: a transaction
+prepared before the backfill (its slot waits for it) and one prepared before the
+hand-over point and committed or rolled back after it: the applied table equals
+``SELECT``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pgoutput_fast import capture, sqlcapture
 from pgoutput_fast.capture import CaptureConfig
 from pgoutput_fast.capture.backfill import BackfillConfig, read_backfill, run_backfill
 
-from tests.support.procs import CliProcess
+from tests.support.procs import CliProcess, wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -123,19 +126,9 @@ class _Writer(threading.Thread):
             cur.execute("COMMIT")
 
 
-def _wait(pred, timeout=120, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _more_writes(writer, n):
     have = len(writer.commits)
-    _wait(lambda: len(writer.commits) >= have + n or writer.error, what="writes")
+    wait_until(lambda: len(writer.commits) >= have + n or writer.error, what="writes")
     assert writer.error is None, writer.error
 
 
@@ -144,7 +137,7 @@ def _capture_to_now(pg, conn, out, slot, pub, binary, writer=None, create=False)
     --until-lsn once idle)."""
     if writer is not None and writer.is_alive():
         writer.hold.set()
-        _wait(lambda: writer.held.is_set() or writer.error, what="the writer to pause")
+        wait_until(lambda: writer.held.is_set() or writer.error, what="the writer to pause")
     try:
         end = sqlcapture.wait_for_wal_flush(conn)
         cfg = CaptureConfig(pg.dsn(), slot, [pub], out, create_slot=create, binary=binary,
@@ -272,6 +265,244 @@ def test_backfill_hand_over(server, tmp_path, binary):
     bad = _bad(_compare(conn, s, late, dec.catalog, binary))
     assert not bad, bad
     with conn.cursor() as cur:
+        cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def _end_prepared(conn, gid):
+    """Roll back the prepared transaction ``gid`` if it is still there (a prepared
+    transaction holds every slot's creation on the server until it ends)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT gid FROM pg_prepared_xacts WHERE gid = %s", (gid,))
+        if cur.fetchall():
+            cur.execute(f"ROLLBACK PREPARED '{gid}'")
+
+
+def _wal_lsn(cur) -> int:
+    from pgoutput_fast.lsn import parse_lsn
+
+    cur.execute("SELECT pg_current_wal_insert_lsn()::text")
+    return parse_lsn(cur.fetchone()[0])
+
+
+@pytest.mark.parametrize("outcome", ["commit", "rollback"])
+def test_backfill_with_a_transaction_prepared_before_it(server, tmp_path, outcome):
+    """A ``--two-phase`` capture; table ``b`` added to the publication; a transaction
+    touching ``b`` (insert, update, delete) PREPAREd before the backfill starts and
+    COMMIT PREPARED (or ROLLBACK PREPARED) while the backfill runs. PostgreSQL counts a
+    prepared transaction as running: creating the backfill's slot waits for it to end,
+    so its consistent point P is past the COMMIT/ROLLBACK PREPARED and the snapshot
+    holds the committed rows (or never held the rolled-back ones); the stream's rows of
+    the transaction carry the Commit Prepared's LSN (< P): skipped at apply, in the
+    backfill already. Applied with the backfill, ``b`` equals PostgreSQL's ``SELECT``."""
+    from pgoutput_fast.delta import apply_changeset
+
+    pg, conn = server["pg"], server["conn"]
+    s = f"bf_2pc_{outcome[0]}"
+    pub, slot, gid = f"{s}_pub", f"{s}_slot", f"{s}_gid"
+    with conn.cursor() as cur:
+        cur.execute(_TABLES.format(s=s))
+    out, bf_dir = str(tmp_path / "cap"), str(tmp_path / "backfill")
+    target = str(tmp_path / "tables")
+    base = dict(create_slot=False, binary=True, two_phase=True, segment_bytes=128 << 10,
+                segment_seconds=0.2, progress="off", max_reconnects=0)
+
+    def capture_to_now(**kw):
+        end = sqlcapture.wait_for_wal_flush(conn)
+        capture.run_capture(CaptureConfig(pg.dsn(), slot, [pub], out,
+                                          **dict(base, until_lsn=end, **kw)))
+
+    capture_to_now(create_slot=True)
+    with conn.cursor() as cur:
+        cur.execute(f"ALTER PUBLICATION {pub} ADD TABLE {s}.b")
+        cur.execute(f"UPDATE {s}.b SET n = -1 WHERE id = 3")     # a streamed change of b
+    prep = pg.connect()
+    try:
+        prep.autocommit = True
+        with prep.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"INSERT INTO {s}.b (id, n, t) VALUES (900001, 1, 'prepared')")
+            cur.execute(f"UPDATE {s}.b SET n = 4242, t = 'prepared' WHERE id = 10")
+            cur.execute(f"DELETE FROM {s}.b WHERE id = 11")
+            cur.execute(f"PREPARE TRANSACTION '{gid}'")
+            prepare_end = _wal_lsn(cur)
+    finally:
+        prep.close()
+    capture_to_now()      # the capture has the Begin Prepare .. Prepare
+
+    done: dict = {}
+
+    def backfill():
+        try:
+            done["result"] = run_backfill(BackfillConfig(pg.dsn(), [pub], bf_dir, [f"{s}.b"],
+                                                         binary=True, progress="off"))
+        except BaseException as exc:     # reported by the test
+            done["error"] = exc
+
+    th = threading.Thread(target=backfill, daemon=True)
+    th.start()
+    try:
+        with conn.cursor() as cur:
+            # the backfill's temporary slot exists, and stays in creation while the
+            # transaction is prepared
+            wait_until(lambda: th.is_alive() is False or (cur.execute(
+                "SELECT count(*) FROM pg_replication_slots WHERE temporary") or cur.fetchone()[0]),
+                timeout=60, what="the backfill's slot")
+            time.sleep(1.0)
+            waited = th.is_alive()
+            end_lsn = _wal_lsn(cur)
+            cur.execute(f"{'COMMIT' if outcome == 'commit' else 'ROLLBACK'} PREPARED '{gid}'")
+            finish_end = _wal_lsn(cur)
+    finally:
+        _end_prepared(conn, gid)       # (a failure above must not leave it holding slots)
+        th.join(120)
+    assert not th.is_alive(), "the backfill did not finish"
+    assert "error" not in done, done.get("error")
+    bf = read_backfill(bf_dir)
+    assert prepare_end < bf.point
+    # the slot's creation waited for the prepared transaction: P is past its end
+    assert waited, "the backfill did not wait for the prepared transaction"
+    assert end_lsn < bf.point and finish_end <= bf.point, (end_lsn, finish_end, bf)
+    with conn.cursor() as cur:
+        cur.execute(f"UPDATE {s}.b SET n = -2 WHERE id = 12")    # after P
+        cur.execute(f"SELECT count(*) FROM {s}.b WHERE t = 'prepared'")
+        assert cur.fetchone()[0] == (2 if outcome == "commit" else 0)
+    capture_to_now()
+
+    # the stream holds the prepared transaction's rows, committed before P
+    dec, cs = _decode(out)
+    prepared = [c for v, t in cs.table_versions if v.qualified_name == f"{s}.b"
+                for c, txt in zip(t.column("_commit_lsn").to_pylist(),
+                                  t.column("t").to_pylist() if "t" in t.column_names
+                                  else [None] * t.num_rows) if txt == "prepared"]
+    if outcome == "commit":
+        assert prepared and all(prepare_end < c < bf.point for c in prepared), (prepared, bf)
+    else:
+        assert prepared == []
+    apply_changeset(cs, target, binary=True, backfills=[bf_dir])
+    bad = _bad(_compare(conn, s, target, dec.catalog, True))
+    assert not bad, bad
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+@pytest.mark.parametrize("outcome", ["commit", "rollback"])
+def test_backfill_point_between_prepare_and_commit_prepared(server, tmp_path, outcome):
+    """The gap itself: a transaction PREPAREd before the backfill's point P and COMMIT
+    PREPARED (or ROLLBACK PREPARED) after it. PostgreSQL lets this happen only to a
+    transaction that began while the backfill's slot was being created, after its
+    snapshot builder's "initial consistent point" (a transaction running before that
+    holds the slot's creation until it ends, as above), so the test leads the builder
+    through its states with two plain transactions and CHECKPOINTs (each logs the
+    running transactions), following the server log. The snapshot does not hold the
+    prepared transaction's rows; the stream's carry the Commit Prepared's LSN (>= P), so
+    apply applies them after the backfill: ``b`` equals PostgreSQL's ``SELECT``."""
+    from pgoutput_fast.delta import apply_changeset
+
+    pg, conn = server["pg"], server["conn"]
+    s = f"bf_2pg_{outcome[0]}"
+    pub, slot, gid = f"{s}_pub", f"{s}_slot", f"{s}_gid"
+    with conn.cursor() as cur:
+        cur.execute(_TABLES.format(s=s))
+        cur.execute(f"CREATE TABLE {s}.hold (i int)")       # not published
+    out, bf_dir = str(tmp_path / "cap"), str(tmp_path / "backfill")
+    target = str(tmp_path / "tables")
+    base = dict(create_slot=False, binary=True, two_phase=True, segment_bytes=128 << 10,
+                segment_seconds=0.2, progress="off", max_reconnects=0)
+
+    def capture_to_now(**kw):
+        end = sqlcapture.wait_for_wal_flush(conn)
+        capture.run_capture(CaptureConfig(pg.dsn(), slot, [pub], out,
+                                          **dict(base, until_lsn=end, **kw)))
+
+    capture_to_now(create_slot=True)
+    with conn.cursor() as cur:
+        cur.execute(f"ALTER PUBLICATION {pub} ADD TABLE {s}.b")
+    log_start = os.path.getsize(pg.logfile)
+
+    def logged(text):
+        with open(pg.logfile, encoding="utf-8", errors="replace") as f:
+            f.seek(log_start)
+            return text in f.read()
+
+    def session():
+        c = pg.connect()
+        c.autocommit = True
+        return c, c.cursor()
+
+    x1, c1 = session()
+    x2, c2 = session()
+    tx, ct = session()
+    done: dict = {}
+
+    def backfill():
+        try:
+            done["result"] = run_backfill(BackfillConfig(pg.dsn(), [pub], bf_dir, [f"{s}.b"],
+                                                         binary=True, progress="off"))
+        except BaseException as exc:     # reported by the test
+            done["error"] = exc
+
+    th = threading.Thread(target=backfill, daemon=True)
+    try:
+        c1.execute("BEGIN")
+        c1.execute(f"INSERT INTO {s}.hold VALUES (1)")       # x1: holds the builder
+        th.start()
+        wait_until(lambda: logged("found initial starting point") or not th.is_alive(),
+              timeout=60, what="the builder's starting point")
+        c2.execute("BEGIN")
+        c2.execute(f"INSERT INTO {s}.hold VALUES (2)")       # x2: began after it
+        c1.execute("COMMIT")
+        with conn.cursor() as cur:
+            cur.execute("CHECKPOINT")
+        wait_until(lambda: logged("found initial consistent point") or not th.is_alive(),
+              timeout=60, what="the builder's initial consistent point")
+        # the transaction: begins now (the builder decodes it whole), prepared before P
+        ct.execute("BEGIN")
+        ct.execute(f"INSERT INTO {s}.b (id, n, t) VALUES (900001, 1, 'prepared')")
+        ct.execute(f"UPDATE {s}.b SET n = 4242, t = 'prepared' WHERE id = 10")
+        ct.execute(f"DELETE FROM {s}.b WHERE id = 11")
+        ct.execute(f"PREPARE TRANSACTION '{gid}'")
+        prepare_end = _wal_lsn(ct)
+        c2.execute("COMMIT")
+        with conn.cursor() as cur:
+            cur.execute("CHECKPOINT")
+        th.join(120)
+        assert not th.is_alive(), "the backfill did not finish"
+        assert "error" not in done, done.get("error")
+        bf = read_backfill(bf_dir)
+        assert prepare_end < bf.point, (prepare_end, bf)      # prepared before P
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT count(*) FROM pg_prepared_xacts WHERE gid = '{gid}'")
+            assert cur.fetchone()[0] == 1
+            finish_start = _wal_lsn(cur)
+            cur.execute(f"{'COMMIT' if outcome == 'commit' else 'ROLLBACK'} PREPARED '{gid}'")
+            assert bf.point <= finish_start                    # ... and finished after it
+            cur.execute(f"UPDATE {s}.b SET n = -2 WHERE id = 12")
+    finally:
+        for c in (x1, x2, tx):
+            c.close()
+        _end_prepared(conn, gid)
+        th.join(120)
+    capture_to_now()
+
+    # the snapshot has no row of the transaction, the stream has them at or after P
+    _d, bcs = _decode(bf_dir)
+    ((_v, bt),) = bcs.table_versions
+    assert "prepared" not in bt.column("t").to_pylist()
+    assert 11 in bt.column("id").to_pylist()
+    dec, cs = _decode(out)
+    prepared = [c for v, t in cs.table_versions if v.qualified_name == f"{s}.b"
+                for c, txt in zip(t.column("_commit_lsn").to_pylist(), t.column("t").to_pylist())
+                if txt == "prepared"]
+    if outcome == "commit":
+        assert len(prepared) == 2 and all(c >= bf.point for c in prepared), (prepared, bf)
+    else:
+        assert prepared == []
+    apply_changeset(cs, target, binary=True, backfills=[bf_dir])
+    bad = _bad(_compare(conn, s, target, dec.catalog, True))
+    assert not bad, bad
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT count(*) FROM {s}.b WHERE t = 'prepared' OR id = 11")
+        assert cur.fetchone()[0] == (2 if outcome == "commit" else 1)
         cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
 
 

@@ -30,7 +30,7 @@ from pgoutput_fast import capture, sqlcapture
 from pgoutput_fast.capture import CaptureConfig
 from pgoutput_fast.demo import workload
 
-from tests.support.procs import CliProcess
+from tests.support.procs import CliProcess, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEMA = "pgo_snap"       # the demo workload's tables (every type, TOAST, identities)
@@ -156,16 +156,6 @@ class _Writer(threading.Thread):
             cur.execute("COMMIT")
 
 
-def _wait(pred, timeout=120, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _snapshot_state(out):
     try:
         st = capture.load_state(out)
@@ -246,7 +236,7 @@ def test_snapshot_then_stream(world, tmp_path, binary, workers):
     out = str(tmp_path / "cap")
     writer = _Writer(pg, seed=workers * 2 + binary)
     writer.start()
-    _wait(lambda: len(writer.commits) >= 30 or writer.error, what="the writer")
+    wait_until(lambda: len(writer.commits) >= 30 or writer.error, what="the writer")
     cfg = CaptureConfig(pg.dsn(), slot, world["pubs"], out, create_slot=True, binary=binary,
                         snapshot_workers=workers, snapshot_range_blocks=16,
                         segment_bytes=256 << 10, segment_seconds=0.2, progress="off",
@@ -264,11 +254,11 @@ def test_snapshot_then_stream(world, tmp_path, binary, workers):
     th = threading.Thread(target=run, daemon=True)
     th.start()
     try:
-        _wait(lambda: (_snapshot_state(out) or {}).get("state") == "done" or "error" in res,
+        wait_until(lambda: (_snapshot_state(out) or {}).get("state") == "done" or "error" in res,
               what="the snapshot")
         assert "error" not in res, res.get("error")
         n = len(writer.commits)
-        _wait(lambda: len(writer.commits) >= n + 30 or writer.error, what="more writes")
+        wait_until(lambda: len(writer.commits) >= n + 30 or writer.error, what="more writes")
     finally:
         writer.stop.set()
         writer.join()
@@ -318,7 +308,7 @@ def test_kill_mid_snapshot_then_restart(world, tmp_path):
         first = CliProcess(_cli(pg, out, slot, world["pubs"], "--snapshot-workers", "2",
                            "--segment-size", "64KB"),
                       env={"PGOUTPUT_FAST_SNAPSHOT_CHUNK_DELAY": "0.05"})
-        _wait(lambda: os.path.exists(os.path.join(out, "0000000003.parquet"))
+        wait_until(lambda: os.path.exists(os.path.join(out, "0000000003.parquet"))
               or first.p.poll() is not None, what="snapshot segments")
         assert first.p.poll() is None, "".join(first.lines)[-2000:]
         st = capture.load_state(out)
@@ -338,19 +328,19 @@ def test_kill_mid_snapshot_then_restart(world, tmp_path):
             assert parse_lsn(cur.fetchone()[0]) == point1     # nothing was ever confirmed
 
         second = CliProcess(_cli(pg, out, slot, world["pubs"], "--snapshot-workers", "2"))
-        _wait(lambda: second.events("snapshot_done") or second.p.poll() is not None,
+        wait_until(lambda: second.events("snapshot_done") or second.p.poll() is not None,
               what="the second snapshot")
         assert second.p.poll() is None, "".join(second.lines)[-2000:]
         assert second.events("dropped_slot"), "".join(second.lines)[-2000:]
         assert second.events("snapshot_reset")
         n = len(writer.commits)
-        _wait(lambda: len(writer.commits) >= n + 30 or writer.error, what="more writes")
+        wait_until(lambda: len(writer.commits) >= n + 30 or writer.error, what="more writes")
     finally:
         writer.stop.set()
         writer.join()
     assert writer.error is None, writer.error
     end = sqlcapture.wait_for_wal_flush(world["conn"])
-    _wait(lambda: capture.load_state(out).confirmable_lsn >= end, what="capture to reach the end")
+    wait_until(lambda: capture.load_state(out).confirmable_lsn >= end, what="capture to reach the end")
     second.p.send_signal(signal.SIGTERM)
     assert second.wait() == 0, "".join(second.lines)[-2000:]
     snap = capture.load_state(out).snapshot
@@ -369,7 +359,7 @@ def test_refusals(world, tmp_path):
     out = str(tmp_path / "cap")
     first = CliProcess(_cli(pg, out, slot, world["pubs"], "--segment-size", "64KB"),
                        env={"PGOUTPUT_FAST_SNAPSHOT_CHUNK_DELAY": "0.2"})
-    _wait(lambda: os.path.exists(os.path.join(out, "0000000002.parquet"))
+    wait_until(lambda: os.path.exists(os.path.join(out, "0000000002.parquet"))
           or first.p.poll() is not None, what="snapshot segments")
     first.p.send_signal(signal.SIGKILL)
     first.wait()
@@ -513,7 +503,7 @@ def test_stop_mid_snapshot_drops_the_slot(world, tmp_path):
     stop = threading.Event()
 
     def stop_when_copying():
-        _wait(lambda: capture.load_state(out) is not None
+        wait_until(lambda: capture.load_state(out) is not None
               and capture.load_state(out).last_segment >= 1, what="a durable snapshot segment")
         stop.set()
 

@@ -76,3 +76,15 @@ class CliProcess:
             except subprocess.TimeoutExpired:
                 self.p.kill()
                 self.p.wait()
+
+
+def wait_until(pred, timeout=120, what="condition"):
+    """``pred()``'s first true value, polled every 50 ms; AssertionError naming
+    ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
