@@ -194,7 +194,7 @@ cdef class DecoderCore:
                     pending_spool_run(self, refs, &i, nrefs)
                     if i >= nrefs:
                         break
-                elif (self.state == ST_NONE and self.want_tables and g_windows and i >= skip
+                elif (self.state == ST_NONE and (self.want_tables or self.want_events) and g_windows and i >= skip
                         and refs[i].n == 21 and refs[i].p[0] == MSG_BEGIN):
                     # whole small transactions: typed rows gathered per relation
                     k = window_run(self, refs, i, nrefs, &skip)

@@ -95,7 +95,7 @@ cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
     cdef Meta *mt
     cdef RelBuilders rb
     cdef list groups = []
-    cdef bint stop = False, ok = False, events = self.want_events
+    cdef bint stop = False, ok = False, events = self.want_events, tables = self.want_tables
     cdef int64_t v
     if (buf_reserve(&self.win_txn, sizeof(WinTxn) * WIN_MAX_TXNS) < 0
             or buf_reserve(&self.win_grp, 8 * WIN_MAX_CHANGES) < 0
@@ -167,7 +167,7 @@ cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
         tx.nchanges = nch - c0
         ntx += 1
         k = q + 1
-    if ntx == 0 or (ntx == 1 and ngroups <= 1):
+    if ntx == 0 or (ntx == 1 and (ngroups <= 1 or not tables)):
         skip_until[0] = i + 1                # (nothing to gather: the usual path)
         return i
 
@@ -192,46 +192,47 @@ cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
                             # raises what is wrong with it
                             a = self._dml_rows(refs, a, a + 1, &a0, rb, 0)
             finally:
-                self.want_tables = True
+                self.want_tables = tables
         # the typed rows: each relation's changes gathered (a stable counting sort)
-        for g in range(ngroups + 1):
-            count[g] = 0
-        for r in range(nch):
-            count[grp[r]] += 1
-        off[0] = 0
-        for g in range(ngroups):
-            off[g + 1] = off[g] + count[g]
-            count[g] = off[g]
-        wr = rows + WIN_MAX_CHANGES          # (the gathered rows' metadata)
-        for r in range(nch):
-            g = grp[r]
-            grefs[count[g]] = refs[txns[rows[r].txn].begin + chg_at[r]]
-            wr[count[g]] = rows[r]
-            count[g] += 1
-        self.ctx.snapshot = 0
-        self.ctx.origin = -1
-        for g in range(ngroups):
-            n = off[g + 1] - off[g]
-            if n == 0:
-                continue
-            rb = groups[g]
-            base = rb.meta.rows
-            idx = 0
-            self.ctx.seq = 0
-            self._run_typed_blocks(grefs + off[g], &idx, n, rb, 0)
-            if idx < n or rb.meta.rows != base + n:
-                raise DecodeError("window", 0, None)
-            # the per-transaction metadata, per row
-            mt = &rb.meta
-            for r in range(n):
-                tx = &txns[wr[off[g] + r].txn]
-                memcpy(mt.commit_lsn.data + 8 * (base + r), &tx.commit_lsn, 8)
-                memcpy(mt.commit_ts.data + 8 * (base + r), &tx.commit_ts, 8)
-                memcpy(mt.xid.data + 8 * (base + r), &tx.xid, 8)
-                v = wr[off[g] + r].seq
-                memcpy(mt.seq.data + 8 * (base + r), &v, 8)
-                if tx.xid == 0 and mt.op.data[base + r] == b'c':
-                    mt.op.data[base + r] = b'r'      # (the initial snapshot's inserts)
+        if tables:
+            for g in range(ngroups + 1):
+                count[g] = 0
+            for r in range(nch):
+                count[grp[r]] += 1
+            off[0] = 0
+            for g in range(ngroups):
+                off[g + 1] = off[g] + count[g]
+                count[g] = off[g]
+            wr = rows + WIN_MAX_CHANGES          # (the gathered rows' metadata)
+            for r in range(nch):
+                g = grp[r]
+                grefs[count[g]] = refs[txns[rows[r].txn].begin + chg_at[r]]
+                wr[count[g]] = rows[r]
+                count[g] += 1
+            self.ctx.snapshot = 0
+            self.ctx.origin = -1
+            for g in range(ngroups):
+                n = off[g + 1] - off[g]
+                if n == 0:
+                    continue
+                rb = groups[g]
+                base = rb.meta.rows
+                idx = 0
+                self.ctx.seq = 0
+                self._run_typed_blocks(grefs + off[g], &idx, n, rb, 0)
+                if idx < n or rb.meta.rows != base + n:
+                    raise DecodeError("window", 0, None)
+                # the per-transaction metadata, per row
+                mt = &rb.meta
+                for r in range(n):
+                    tx = &txns[wr[off[g] + r].txn]
+                    memcpy(mt.commit_lsn.data + 8 * (base + r), &tx.commit_lsn, 8)
+                    memcpy(mt.commit_ts.data + 8 * (base + r), &tx.commit_ts, 8)
+                    memcpy(mt.xid.data + 8 * (base + r), &tx.xid, 8)
+                    v = wr[off[g] + r].seq
+                    memcpy(mt.seq.data + 8 * (base + r), &v, 8)
+                    if tx.xid == 0 and mt.op.data[base + r] == b'c':
+                        mt.op.data[base + r] = b'r'      # (the initial snapshot's inserts)
         ok = True
     except DecodeError:
         pass

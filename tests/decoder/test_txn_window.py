@@ -100,7 +100,7 @@ def assert_windows_change_nothing(batches, **kwargs):
 @given(stream=small_txns(), data=st.data())
 def test_small_transactions_same_with_and_without_windows(stream, data):
     msgs, lsns = stream
-    options = data.draw(st.sampled_from([{}, {"events": False}, {"binary_unknown": True}]))
+    options = data.draw(st.sampled_from([{}, {"events": False}, {"tables": False}, {"binary_unknown": True}]))
     cuts = allowed_cuts(msgs, data.draw(st.lists(st.integers(1, max(1, len(msgs) - 1)), max_size=3,
                                                   unique=True)) if len(msgs) > 1 else [])
     assert_windows_change_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))), **options)
@@ -113,7 +113,8 @@ def test_small_transactions_damaged_same_error(stream, data):
     and the message-at-a-time path reports the error with the output before it."""
     msgs, lsns = stream
     damage_one(msgs, data)
-    assert_windows_change_nothing([(msgs, lsns)], **data.draw(st.sampled_from([{}, {"events": False}])))
+    assert_windows_change_nothing([(msgs, lsns)], **data.draw(st.sampled_from([{}, {"events": False},
+                                                                              {"tables": False}])))
 
 
 @WINDOW_SETTINGS
@@ -128,7 +129,7 @@ def test_one_relation_many_transactions(stream, data):
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
 def test_real_captures_same_with_and_without_windows(name):
     lsns, msgs = load_fixture(name)
-    for options in ({}, {"events": False}):
+    for options in ({}, {"events": False}, {"tables": False}):
         assert_windows_change_nothing([(list(msgs), list(lsns))], **options)
 
 
