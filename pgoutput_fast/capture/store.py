@@ -706,12 +706,8 @@ class DirectoryWriter:
 
     def discard(self):
         """Drop the open segment (its temp file is never part of the durable record)."""
-        if self._pq is not None:
-            try:
-                self._pq.close()
-            except Exception:
-                pass
-            self._pq = None
+        _close_quietly(self._pq)
+        self._pq = None
         if self._tmp is not None:
             try:
                 os.unlink(self._tmp)
@@ -719,6 +715,16 @@ class DirectoryWriter:
                 pass     # left for the next start to remove (a read-only file system)
             self._tmp = None
         self._seq = None
+
+
+def _close_quietly(pq) -> None:
+    """Close a ParquetWriter being dropped (None: nothing); what it raises does not matter
+    then: its file is a temp file that is never part of the durable record."""
+    if pq is not None:
+        try:
+            pq.close()
+        except Exception:
+            pass
 
 
 def parquet_options(compression) -> dict:
@@ -822,12 +828,8 @@ class SegmentEncoder:
     def discard(self):
         """Drop the segment (its temp file, if any; best effort: a temp file is never
         part of the durable record, and the next start removes what is left)."""
-        if self._pq is not None:
-            try:
-                self._pq.close()
-            except Exception:
-                pass
-            self._pq = None
+        _close_quietly(self._pq)
+        self._pq = None
         if self._file is not None:
             try:
                 os.close(self._file.fd)

@@ -277,6 +277,36 @@ def _end_prepared(conn, gid):
             cur.execute(f"ROLLBACK PREPARED '{gid}'")
 
 
+def _two_phase_capture(pg, conn, tmp_path, slot, pub):
+    """(capture dir, backfill dir, Delta target, capture_to_now(**kw)) of a two-phase
+    test: capture_to_now runs a binary, two-phase capture up to the WAL flushed now."""
+    out = str(tmp_path / "cap")
+    base = dict(create_slot=False, binary=True, two_phase=True, segment_bytes=128 << 10,
+                segment_seconds=0.2, progress="off", max_reconnects=0)
+
+    def capture_to_now(**kw):
+        end = sqlcapture.wait_for_wal_flush(conn)
+        capture.run_capture(CaptureConfig(pg.dsn(), slot, [pub], out,
+                                          **dict(base, until_lsn=end, **kw)))
+
+    return out, str(tmp_path / "backfill"), str(tmp_path / "tables"), capture_to_now
+
+
+def _backfill_thread(pg, pub, bf_dir, table):
+    """(a thread, not started, that backfills table; the dict its "result" or "error"
+    lands in)."""
+    done: dict = {}
+
+    def backfill():
+        try:
+            done["result"] = run_backfill(BackfillConfig(pg.dsn(), [pub], bf_dir, [table],
+                                                         binary=True, progress="off"))
+        except BaseException as exc:     # reported by the test
+            done["error"] = exc
+
+    return threading.Thread(target=backfill, daemon=True), done
+
+
 def _wal_lsn(cur) -> int:
     from pgoutput_fast.lsn import parse_lsn
 
@@ -301,16 +331,7 @@ def test_backfill_with_a_transaction_prepared_before_it(server, tmp_path, outcom
     pub, slot, gid = f"{s}_pub", f"{s}_slot", f"{s}_gid"
     with conn.cursor() as cur:
         cur.execute(_TABLES.format(s=s))
-    out, bf_dir = str(tmp_path / "cap"), str(tmp_path / "backfill")
-    target = str(tmp_path / "tables")
-    base = dict(create_slot=False, binary=True, two_phase=True, segment_bytes=128 << 10,
-                segment_seconds=0.2, progress="off", max_reconnects=0)
-
-    def capture_to_now(**kw):
-        end = sqlcapture.wait_for_wal_flush(conn)
-        capture.run_capture(CaptureConfig(pg.dsn(), slot, [pub], out,
-                                          **dict(base, until_lsn=end, **kw)))
-
+    out, bf_dir, target, capture_to_now = _two_phase_capture(pg, conn, tmp_path, slot, pub)
     capture_to_now(create_slot=True)
     with conn.cursor() as cur:
         cur.execute(f"ALTER PUBLICATION {pub} ADD TABLE {s}.b")
@@ -329,16 +350,7 @@ def test_backfill_with_a_transaction_prepared_before_it(server, tmp_path, outcom
         prep.close()
     capture_to_now()      # the capture has the Begin Prepare .. Prepare
 
-    done: dict = {}
-
-    def backfill():
-        try:
-            done["result"] = run_backfill(BackfillConfig(pg.dsn(), [pub], bf_dir, [f"{s}.b"],
-                                                         binary=True, progress="off"))
-        except BaseException as exc:     # reported by the test
-            done["error"] = exc
-
-    th = threading.Thread(target=backfill, daemon=True)
+    th, done = _backfill_thread(pg, pub, bf_dir, f"{s}.b")
     th.start()
     try:
         with conn.cursor() as cur:
@@ -404,16 +416,7 @@ def test_backfill_point_between_prepare_and_commit_prepared(server, tmp_path, ou
     with conn.cursor() as cur:
         cur.execute(_TABLES.format(s=s))
         cur.execute(f"CREATE TABLE {s}.hold (i int)")       # not published
-    out, bf_dir = str(tmp_path / "cap"), str(tmp_path / "backfill")
-    target = str(tmp_path / "tables")
-    base = dict(create_slot=False, binary=True, two_phase=True, segment_bytes=128 << 10,
-                segment_seconds=0.2, progress="off", max_reconnects=0)
-
-    def capture_to_now(**kw):
-        end = sqlcapture.wait_for_wal_flush(conn)
-        capture.run_capture(CaptureConfig(pg.dsn(), slot, [pub], out,
-                                          **dict(base, until_lsn=end, **kw)))
-
+    out, bf_dir, target, capture_to_now = _two_phase_capture(pg, conn, tmp_path, slot, pub)
     capture_to_now(create_slot=True)
     with conn.cursor() as cur:
         cur.execute(f"ALTER PUBLICATION {pub} ADD TABLE {s}.b")
@@ -432,16 +435,7 @@ def test_backfill_point_between_prepare_and_commit_prepared(server, tmp_path, ou
     x1, c1 = session()
     x2, c2 = session()
     tx, ct = session()
-    done: dict = {}
-
-    def backfill():
-        try:
-            done["result"] = run_backfill(BackfillConfig(pg.dsn(), [pub], bf_dir, [f"{s}.b"],
-                                                         binary=True, progress="off"))
-        except BaseException as exc:     # reported by the test
-            done["error"] = exc
-
-    th = threading.Thread(target=backfill, daemon=True)
+    th, done = _backfill_thread(pg, pub, bf_dir, f"{s}.b")
     try:
         c1.execute("BEGIN")
         c1.execute(f"INSERT INTO {s}.hold VALUES (1)")       # x1: holds the builder
