@@ -586,11 +586,13 @@ sys.exit(code)
 
 
 def test_snapshot_memory_follows_the_budget(world, tmp_path):
-    """``--memory-budget`` bounds what the snapshot holds: the same table of about 120 MB
-    of Insert messages (more than a small budget, less than the default), copied by
-    ``capture --snapshot only`` in a child process with 2 workers, peaks at least 40 MB
-    lower with ``--memory-budget 16MB`` than with the default 256MB, and both copies
-    hold every row."""
+    """``--memory-budget`` bounds what the snapshot holds, whatever the table's size: a
+    table of about 120 MB of Insert messages copied by ``capture --snapshot only`` in a
+    child process with 2 workers and ``--memory-budget 16MB`` peaks at most 64 MiB above
+    the same command's peak on a table of one row (the process, its libraries and one
+    segment's Parquet writers), and holds every row. (The default 256MB's peak is
+    printed beside it: how far above that it goes depends on whether the encoders fall
+    behind the COPY on this machine, so it is not asserted.)"""
     import subprocess
 
     pg, conn = world["pg"], world["conn"]
@@ -598,27 +600,35 @@ def test_snapshot_memory_follows_the_budget(world, tmp_path):
     workload._exec(conn, "INSERT INTO snap_mem SELECT g, md5(g::text) || md5((g + 1)::text), "
                          "repeat(md5((-g)::text), 3) FROM generate_series(1, 700000) g")
     workload._exec(conn, "CREATE PUBLICATION snap_mem_pub FOR TABLE snap_mem")
+    workload._exec(conn, "CREATE TABLE snap_one (LIKE snap_mem INCLUDING ALL)")
+    workload._exec(conn, "INSERT INTO snap_one SELECT * FROM snap_mem WHERE id = 1")
+    workload._exec(conn, "CREATE PUBLICATION snap_one_pub FOR TABLE snap_one")
     peaks = {}
     try:
-        for budget in ("16MB", "256MB"):
-            slot = f"snap_mem_{budget.lower()}"
-            out = str(tmp_path / budget)
+        for name, pub, budget, rows in (("one row", "snap_one_pub", "16MB", 1),
+                                        ("16MB", "snap_mem_pub", "16MB", 700000),
+                                        ("256MB", "snap_mem_pub", "256MB", 700000)):
+            slot = f"snap_mem_{name.replace(' ', '_').lower()}"
+            out = str(tmp_path / slot)
             p = subprocess.run(
                 [sys.executable, "-c", _PEAK_RSS, "capture", "--dsn", pg.dsn(), "--slot", slot,
-                 "--publication", "snap_mem_pub", "--out", out, "--create-slot",
+                 "--publication", pub, "--out", out, "--create-slot",
                  "--snapshot", "only", "--snapshot-workers", "2", "--binary",
                  "--memory-budget", budget, "--progress", "off"],
                 cwd=ROOT, capture_output=True, text=True, timeout=300)
             assert p.returncode == 0, p.stderr[-2000:]
-            peaks[budget] = int(p.stderr.rsplit("peak_rss_kb", 1)[1].split()[0]) / 1024
+            peaks[name] = int(p.stderr.rsplit("peak_rss_kb", 1)[1].split()[0]) / 1024
             st = capture.load_state(out)
-            assert st.snapshot["state"] == "done" and st.snapshot["summary"]["rows"] == 700000
-            assert st.snapshot["summary"]["message_bytes"] > 100e6
-        print("snapshot peak RSS MiB by --memory-budget:", peaks)
-        assert peaks["16MB"] + 40 < peaks["256MB"], peaks
+            assert st.snapshot["state"] == "done" and st.snapshot["summary"]["rows"] == rows
+            if rows > 1:
+                assert st.snapshot["summary"]["message_bytes"] > 100e6
+        print("snapshot peak RSS MiB:", peaks)
+        assert peaks["16MB"] <= peaks["one row"] + 64, peaks
     finally:
         with conn.cursor() as cur:
             cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                         "WHERE slot_name LIKE 'snap_mem_%'")
         workload._exec(conn, "DROP PUBLICATION snap_mem_pub")
+        workload._exec(conn, "DROP PUBLICATION snap_one_pub")
         workload._exec(conn, "DROP TABLE snap_mem")
+        workload._exec(conn, "DROP TABLE snap_one")
