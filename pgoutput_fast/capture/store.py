@@ -785,6 +785,7 @@ class SegmentEncoder:
         self.path = path
         self.nbytes = 0
         self._file: _HashingFile | None = None
+        self._pq: Any = None
         if path is None:
             self._sink: Any = pa.BufferOutputStream()
         else:
@@ -792,7 +793,7 @@ class SegmentEncoder:
                                               file_mode))
             self._sink = self._file
         try:
-            self._pq: Any = pq.ParquetWriter(self._sink, schema, **parquet_options(compression))
+            self._pq = pq.ParquetWriter(self._sink, schema, **parquet_options(compression))
         except BaseException:
             self.discard()
             raise

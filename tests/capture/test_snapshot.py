@@ -632,3 +632,58 @@ def test_snapshot_memory_follows_the_budget(world, tmp_path):
         workload._exec(conn, "DROP PUBLICATION snap_one_pub")
         workload._exec(conn, "DROP TABLE snap_mem")
         workload._exec(conn, "DROP TABLE snap_one")
+
+
+_DISK_FULL = r"""
+import errno, os, sys
+import pyarrow as pa
+from pgoutput_fast.capture import store
+
+fail_after, path = int(sys.argv[1]), sys.argv[2]
+real_write = store._HashingFile.write
+calls = {"n": 0}
+
+def write(self, data):
+    calls["n"] += 1
+    if calls["n"] > fail_after:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return real_write(self, data)
+
+store._HashingFile.write = write
+n = 50_000
+columns = [pa.array(range(1, n + 1), pa.int64()),
+           pa.array([b"I" + bytes(40) + str(i).encode() for i in range(n)], pa.binary()),
+           pa.array(range(n), pa.int64())]
+try:
+    enc = store.SegmentEncoder(store.SEGMENT_SCHEMA, "lz4", path=path)
+    try:
+        enc.write(columns)
+        enc.write(columns)
+        enc.finish()
+    except BaseException:
+        enc.discard()
+        raise
+except OSError as exc:
+    print("raised", type(exc).__name__, exc.errno)
+"""
+
+
+@pytest.mark.parametrize("fail_after", [0, 1, 3])
+def test_segment_encoder_disk_full(tmp_path, fail_after):
+    """A snapshot encoder whose temp file cannot be written (the disk full when the
+    Parquet writer puts its header, or later, at a row group or the footer) raises the
+    OSError (ENOSPC, for the capture's one line) and leaves no temp file behind. (In a
+    child process: an exception through pyarrow's file callback in the middle of a
+    write leaves CPython 3.11 unable to compile deep ASTs afterwards, which would break
+    the test session; a capture that hits it exits with its one line anyway.)"""
+    import errno
+    import subprocess
+
+    from pgoutput_fast.capture import store
+
+    path = str(tmp_path / store.temp_name(1))
+    p = subprocess.run([sys.executable, "-c", _DISK_FULL, str(fail_after), path], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["raised", "OSError", str(errno.ENOSPC)], (p.stdout, p.stderr[-2000:])
+    assert os.listdir(tmp_path) == []
