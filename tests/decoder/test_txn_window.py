@@ -21,7 +21,7 @@ from tests.support.captures import FIXTURE_NAMES, load_fixture
 
 native = pytest.importorskip("pgoutput_fast._native")
 
-WINDOW_SETTINGS = settings(max_examples=150, deadline=None,
+WINDOW_SETTINGS = settings(max_examples=80, deadline=None,
                            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
