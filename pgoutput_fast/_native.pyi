@@ -89,6 +89,10 @@ def _set_txn_windows(on: bool) -> bool:
 def _txn_windows_taken() -> int:
     """Windows of small transactions written in this process so far (tests)."""
 
+def _message_scan(offsets: Any, data: Any, first: int, n: int, large: bool,
+                  depth: int = 0) -> tuple[bytearray, bytearray, int, bool]:
+    """(types, rest, depth, simple) of messages first..first+n of a binary array: type bytes, at rest after each."""
+
 @final
 class Spool:
     """Raw messages of a pending (streamed, prepared, or spooled plain) transaction, spilling to disk."""

@@ -8,7 +8,8 @@ Framed format (``.pgoc``)::
 
 ``read_capture`` accepts either format, or a capture directory (``pgoutput-fast
 capture``'s segments, read with ``pgoutput_fast.capture.read_segments``), and returns
-``(lsns, messages)`` as lists. Input it cannot use raises ``CaptureFileError`` (a
+``(lsns, messages)`` as lists (``arrow=True``: a numpy int64 array and a binary Arrow
+array, zero copy from a Parquet file or the segments). Input it cannot use raises ``CaptureFileError`` (a
 ``UserError``: one line naming the file and what is wrong with it), a damaged framed
 file ``DecodeError`` naming the file, a damaged capture directory ``SegmentError``.
 """
@@ -88,23 +89,35 @@ def _is_capture_directory(path) -> bool:
                or (n.endswith(".parquet") and n[:-8].isdigit()) for n in names)
 
 
-def _read_directory(path):
+def _read_directory(path, arrow=False):
     if not _is_capture_directory(path):
         raise CaptureFileError(f"{path} is a directory but not a capture directory (no "
                                f"checkpoint.json, manifest or segments): {_FORMATS}")
     from .capture import read_segments
 
     table = read_segments(path)
-    return _columns(path, table)
+    return _columns(path, table, arrow)
 
 
-def _columns(path, table):
+def _columns(path, table, arrow=False):
     import pyarrow as pa
 
     data = table.column("data")
     if data.null_count:
         raise CaptureFileError(f"{path}: column 'data' has {data.null_count} null values: "
                                "every row must hold one pgoutput message")
+    if arrow:
+        import numpy as np
+
+        if not (pa.types.is_binary(data.type) or pa.types.is_large_binary(data.type)):
+            data = data.cast(pa.large_binary())
+        if "lsn" in table.column_names:
+            from .parallel import _lsn_numpy
+
+            lsn = _lsn_numpy(table.column("lsn").cast(pa.int64())).astype(np.int64, copy=False)
+        else:
+            lsn = np.zeros(len(data), np.int64)
+        return lsn, data
     msgs = data.to_pylist()
     if "lsn" in table.column_names:
         col = table.column("lsn")
@@ -116,7 +129,7 @@ def _columns(path, table):
     return lsns, msgs
 
 
-def _read_parquet(path):
+def _read_parquet(path, arrow=False):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -153,13 +166,15 @@ def _read_parquet(path):
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise CaptureFileError(f"{path}: the Parquet file cannot be read ({reason}): it is "
                                "damaged or was cut short") from exc
-    return _columns(path, table)
+    return _columns(path, table, arrow)
 
 
-def read_capture(path, storage_options=None):
+def read_capture(path, storage_options=None, *, arrow=False):
     """Read a framed file, a Parquet file (binary ``data`` column, optional integer
-    ``lsn``) or a capture directory; ``(lsns, messages)``. A URI (``s3://bucket/cdc``,
-    ...) names a capture directory on that file system, read with ``storage_options``
+    ``lsn``) or a capture directory; ``(lsns, messages)``: lists, or with ``arrow`` a
+    numpy int64 array and a binary Arrow array (or ChunkedArray), as ``Decoder.feed``
+    and ``decode_parallel`` take them. A URI (``s3://bucket/cdc``, ...) names a capture
+    directory on that file system, read with ``storage_options``
     (``pgoutput_fast.storage``)."""
     from .storage import Store
 
@@ -167,14 +182,20 @@ def read_capture(path, storage_options=None):
     if not store.local:
         from .capture import read_segments
 
-        return _columns(path, read_segments(path, storage_options=storage_options))
+        return _columns(path, read_segments(path, storage_options=storage_options), arrow)
     if os.path.isdir(path):
-        return _read_directory(path)
+        return _read_directory(path, arrow)
     with open(path, "rb") as f:
         head = f.read(8)
     if head == MAGIC:
-        return read_framed(path)
+        lsns, msgs = read_framed(path)
+        if arrow:
+            import numpy as np
+            import pyarrow as pa
+
+            return np.array(lsns, np.uint64).astype(np.int64), pa.array(msgs, pa.large_binary())
+        return lsns, msgs
     if head[:4] == b"PAR1":
-        return _read_parquet(path)
+        return _read_parquet(path, arrow)
     what = "an empty file" if not head else "neither a framed capture (PGOFCAP1) nor a Parquet file"
     raise CaptureFileError(f"{path} is {what}: {_FORMATS}")

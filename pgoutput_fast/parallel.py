@@ -13,11 +13,12 @@ joined in stream order (which is commit order): the change-event tables and each
 relation version's typed tables concatenated, the logical messages in order, the
 relation versions in the order one Decoder meets them.
 
-Limitation (issue #32, open): the native core does not release the GIL yet, so on
-CPython with a GIL the threads take turns and the pieces decode one after another
-(``workers=2`` is about as fast as one Decoder, not faster: docs/performance.md). The
-cutting, the catalog carried across cuts and the join are what a GIL-free core (or a
-free-threaded Python) needs; they are tested to give one Decoder's ChangeSet.
+The native core lets go of the GIL while it writes blocks of rows (src/block_writers.pxi:
+the column pass, the change-event block writer, a window of small transactions), so
+the pieces do decode at the same time; what stays under the GIL (the dispatch of
+Relation, Origin and other rare messages, the export to Arrow) is a small share of a
+piece. A stream too small to be worth it (under MIN_PIECE_BYTES a piece) and one with
+nowhere to cut (one long transaction) are decoded by one Decoder.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ _CONTROL = np.zeros(256, bool)
 for _t in (P.BEGIN, P.COMMIT, P.BEGIN_PREPARE, P.PREPARE, P.STREAM_START, P.STREAM_STOP,
            P.STREAM_COMMIT, P.STREAM_ABORT, P.STREAM_PREPARE, P.COMMIT_PREPARED, P.ROLLBACK_PREPARED):
     _CONTROL[_t] = True
-_SIMPLE = frozenset((P.BEGIN, P.COMMIT))
+#: the least a piece of decode_parallel holds unless told how many pieces to make
+MIN_PIECE_BYTES = 1 << 20
 
 
 class _Tracker(P.Grammar):
@@ -71,10 +73,15 @@ _U64 = struct.Struct(">Q")
 
 
 def _as_array(messages):
-    """The messages as one pa.BinaryArray / LargeBinaryArray (zero copy when they are
-    one already)."""
+    """The messages as a pa.BinaryArray / LargeBinaryArray, or a ChunkedArray of those
+    (zero copy when they are one already)."""
     if isinstance(messages, pa.ChunkedArray):
-        messages = messages.combine_chunks() if messages.num_chunks != 1 else messages.chunk(0)
+        if messages.num_chunks == 1:
+            messages = messages.chunk(0)
+        elif not all(pa.types.is_binary(c.type) or pa.types.is_large_binary(c.type) for c in messages.chunks):
+            raise TypeError(f"messages must be binary, not {messages.type}")
+        else:
+            return messages
     if isinstance(messages, pa.Array):
         if not (pa.types.is_binary(messages.type) or pa.types.is_large_binary(messages.type)):
             raise TypeError(f"messages must be binary, not {messages.type}")
@@ -102,74 +109,141 @@ def message_layout(arr):
     return offs[:-1], np.diff(offs), data
 
 
-def plan_cuts(messages, pieces: int) -> list:
+class Scan:
+    """What one pass over a stream's type bytes gives (``message_scan``): ``total``, its
+    bytes; ``types``, each message's type byte (0 for an empty one); ``rest``, 1 after each
+    message where no Begin is open; ``simple``, no control message but Begin and Commit
+    (else ``rest`` is not the whole story); ``starts(idx)``, where messages start, in
+    bytes from the first."""
+
+    __slots__ = ("total", "types", "rest", "simple", "_chunks")
+
+    def __init__(self, total, types, rest, simple, chunks):
+        self.total, self.types, self.rest, self.simple, self._chunks = total, types, rest, simple, chunks
+
+    def starts(self, idx):
+        idx = np.asarray(idx, np.int64)
+        if len(self._chunks) == 1:
+            _, n, _, offs = self._chunks[0]
+            return offs[np.minimum(idx, n)].astype(np.int64) - int(offs[0])
+        out = np.full(len(idx), self.total, np.int64)
+        for first, n, base, offs in self._chunks:
+            sel = (idx >= first) & (idx < first + n)
+            if sel.any():
+                out[sel] = offs[idx[sel] - first].astype(np.int64) + (base - int(offs[0]))
+        return out
+
+    def index_at(self, nbytes) -> int:
+        """The message in which byte ``nbytes`` of the stream lies."""
+        for first, n, base, offs in self._chunks:
+            size = int(offs[-1]) - int(offs[0])
+            if nbytes < base + size:
+                return first + int(np.searchsorted(offs[1:], nbytes - base + int(offs[0]), side="right"))
+        return len(self.types) - 1
+
+
+def message_scan(arr) -> Scan:
+    """One pass over the first bytes of the messages of a binary or large binary array, or
+    a ChunkedArray of those, in C (nothing else touches the messages): a ``Scan``."""
+    from . import _impl
+
+    chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
+    types, rest, kept, first, base, depth, simple = [], [], [], 0, 0, 0, True
+    for c in chunks:
+        n = len(c)
+        if n == 0:
+            continue
+        large = pa.types.is_large_binary(c.type)
+        bufs = c.buffers()
+        offs = np.frombuffer(bufs[1], np.int64 if large else np.int32)[c.offset:c.offset + n + 1]
+        data = memoryview(bufs[2]).cast("B") if bufs[2] is not None else None
+        t, r, depth, s = _impl._message_scan(memoryview(bufs[1]).cast("B"), data, c.offset, n, large, depth)
+        types.append(np.frombuffer(t, np.uint8))
+        rest.append(np.frombuffer(r, np.uint8))
+        simple = simple and s
+        kept.append((first, n, base, offs))
+        first += n
+        base += int(offs[-1]) - int(offs[0])
+    if not types:
+        return Scan(0, np.zeros(0, np.uint8), np.zeros(0, np.uint8), True, [])
+    one = len(types) == 1
+    return Scan(base, types[0] if one else np.concatenate(types), rest[0] if one else np.concatenate(rest),
+                simple, kept)
+
+
+def plan_cuts(messages, pieces: int, _layout=None) -> list:
     """Message indexes where ``messages`` may be cut into about ``pieces`` parts of equal
     size: each is a position where nothing is open (``Grammar.at_rest``). Sorted, without
-    0 and len(messages)."""
+    0 and len(messages). (_layout: message_scan of it, when already computed.)"""
     arr = _as_array(messages)
     n = len(arr)
     if pieces <= 1 or n < 2:
         return []
-    starts, lens, data = message_layout(arr)
-    types = np.zeros(n, np.uint8)
-    nonempty = lens > 0
-    types[nonempty] = data[starts[nonempty]]
-    control = np.nonzero(_CONTROL[types])[0]
-    rest = np.zeros(n, bool)                  # rest[i]: nothing open after message i
-    if set(np.unique(types[control]).tolist()) <= _SIMPLE:
-        depth = np.cumsum((types == P.BEGIN).astype(np.int64) - (types == P.COMMIT))
-        rest = depth == 0
-    else:
+    scan = _layout if _layout is not None else message_scan(arr)
+    types, rest = scan.types, scan.rest
+    if not scan.simple:
+        # streams or prepared transactions: the Grammar over the control messages
+        control = np.flatnonzero(np.take(_CONTROL, types))
         g = _Tracker()
-        at_rest = True
-        pos = 0
-        for i in control.tolist():
-            rest[pos:i] = at_rest             # (the messages between change nothing)
+        after = np.zeros(len(control), bool)
+        for k, i in enumerate(control.tolist()):
             g.step(arr[i].as_py())
-            at_rest = g.at_rest
-            rest[i] = at_rest
-            pos = i + 1
-        rest[pos:] = at_rest
-    cand = np.nonzero(rest[:-1])[0] + 1       # cut before message i+1
-    if len(cand) == 0:
-        return []
-    ends = np.cumsum(lens)
-    total = ends[-1]
+            after[k] = g.at_rest
+        # rest[i]: nothing open after message i (the state of the last control message up to i)
+        seg = np.diff(np.concatenate(([0], control, [n])))
+        rest = np.repeat(np.concatenate(([True], after)), seg)
+    # for each of the pieces - 1 byte targets, the cut nearest to it: before message i + 1
+    # where rest[i], looked for in a growing window around the message holding the target
+    total = scan.total
     cuts = []
     for k in range(1, pieces):
         want = total * k / pieces
-        j = int(np.searchsorted(ends[cand - 1], want))
-        best = None
-        for c in (j - 1, j):
-            if 0 <= c < len(cand) and (best is None or abs(ends[cand[c] - 1] - want) < abs(ends[best - 1] - want)):
-                best = int(cand[c])
-        if best is not None and best not in cuts and 0 < best < n:
+        t = scan.index_at(int(want))
+        found: list = []
+        span = 1024
+        while True:
+            lo, hi = max(0, t - span), min(n - 1, t + span)
+            below = np.flatnonzero(rest[lo:t + 1])
+            above = np.flatnonzero(rest[t + 1:hi])
+            if len(below):
+                found.append(lo + int(below[-1]) + 1)
+            if len(above):
+                found.append(t + 1 + int(above[0]) + 1)
+            if found or (lo == 0 and hi == n - 1):
+                break
+            span *= 8
+        found = [c for c in found if 0 < c < n]
+        if not found:
+            continue
+        ends = scan.starts(found)
+        best = found[int(np.argmin(np.abs(ends - want)))]
+        if best not in cuts:
             cuts.append(best)
     return sorted(cuts)
 
 
-def _catalogs_at(arr, lsns, cuts, catalog, decode_message):
+def _catalogs_at(arr, lsns, cuts, catalog, decode_message, _layout=None):
     """The catalog at each piece's start, and the relation versions in the order one
     Decoder creates their builders."""
-    starts, lens, data = message_layout(arr)
     n = len(arr)
-    types = np.zeros(n, np.uint8)
-    nonempty = lens > 0
-    types[nonempty] = data[starts[nonempty]]
-    block = np.cumsum((types == P.STREAM_START).astype(np.int64) - (types == P.STREAM_STOP))
-    in_block = np.concatenate([[0], block[:-1]]) > 0      # before message i
+    types = (_layout if _layout is not None else message_scan(arr)).types
+    catalog_msgs = np.flatnonzero((types == P.RELATION) | (types == P.TYPE))
+    # inside a stream block before message i: Stream Starts minus Stream Stops before it
+    marks = np.flatnonzero((types == P.STREAM_START) | (types == P.STREAM_STOP))
+    depth = np.concatenate(([0], np.cumsum(np.where(types[marks] == P.STREAM_START, 1, -1))))
+    in_block = depth[np.searchsorted(marks, catalog_msgs, side="left")] > 0
     cat = catalog.copy()
     order: dict = {}
     for v in cat.versions():
         if cat.current(v.relid) is v:
             order.setdefault((v.relid, v.version), None)
     snapshots = [cat.copy()]
-    catalog_msgs = np.nonzero((types == P.RELATION) | (types == P.TYPE))[0].tolist()
+    at = catalog_msgs.tolist()
     ci = 0
     for cut in cuts + [n]:
-        while ci < len(catalog_msgs) and catalog_msgs[ci] < cut:
-            i = catalog_msgs[ci]
-            msg = decode_message(arr[i].as_py(), in_stream=bool(in_block[i]))
+        while ci < len(at) and at[ci] < cut:
+            i = at[ci]
+            msg = decode_message(arr[i].as_py(), in_stream=bool(in_block[ci]))
             if types[i] == P.TYPE:
                 cat.apply_type(msg)
             else:
@@ -248,11 +322,19 @@ def decode_parallel(messages, lsn=None, *, workers: int | None = None,
     bad message raises the DecodeError one Decoder raises, ``message_index`` into the
     whole stream and ``changes`` the committed changes before it.
     """
+    return _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs)[0]
+
+
+def _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs):
+    """decode_parallel, and the Decoder of the last piece: what it holds back (its
+    pending()) is what one Decoder would hold back, since no piece ends with anything
+    open (the command line's decode reports it)."""
     from . import _impl
 
     if workers is None:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        workers = cpu_count()
     workers = max(1, int(workers))
+    explicit = pieces is not None
     pieces = max(1, int(pieces or workers))
     catalog = catalog.copy() if catalog is not None else RelationCatalog()
     arr = _as_array(messages)
@@ -262,21 +344,27 @@ def decode_parallel(messages, lsn=None, *, workers: int | None = None,
             raise ValueError(f"lsn has {len(lsn_np)} values for {len(arr)} messages")
     else:
         lsn_np = None
-    cuts = plan_cuts(arr, pieces) if pieces > 1 else []
+    layout = message_scan(arr) if pieces > 1 else None
+    if layout is not None and not explicit:
+        # (a piece of less than MIN_PIECE_BYTES costs more in its thread than it saves)
+        pieces = max(1, min(pieces, layout.total // MIN_PIECE_BYTES))
+    cuts = plan_cuts(arr, pieces, layout) if pieces > 1 else []
+    if cuts:
+        try:
+            snapshots, order, _ = _catalogs_at(arr, lsn_np, cuts, catalog, _impl.decode_message, layout)
+        except Exception:  # noqa: BLE001 - one Decoder reports it as it would
+            # a Relation or Type message that does not decode or apply: one Decoder reports it
+            cuts = []
     if not cuts:
-        return Decoder(catalog, **decoder_kwargs).feed(arr, lsn_np)
-    try:
-        snapshots, order, _ = _catalogs_at(arr, lsn_np, cuts, catalog, _impl.decode_message)
-    except Exception:  # noqa: BLE001 - one Decoder reports it as it would
-        # a Relation or Type message that does not decode or apply: one Decoder reports it
-        return Decoder(catalog, **decoder_kwargs).feed(arr, lsn_np)
+        one = Decoder(catalog, **decoder_kwargs)
+        return one.feed(arr, lsn_np), one
     bounds = list(zip([0] + cuts, cuts + [len(arr)]))
+    decoders = [Decoder(snapshots[k], **decoder_kwargs) for k in range(len(bounds))]
 
     def run(k):
         lo, hi = bounds[k]
         try:
-            return Decoder(snapshots[k], **decoder_kwargs).feed(
-                arr.slice(lo, hi - lo), None if lsn_np is None else lsn_np[lo:hi]), None
+            return decoders[k].feed(arr.slice(lo, hi - lo), None if lsn_np is None else lsn_np[lo:hi]), None
         except DecodeError as exc:
             return getattr(exc, "changes", None), exc
 
@@ -293,7 +381,12 @@ def decode_parallel(messages, lsn=None, *, workers: int | None = None,
             exc.changes = _join(parts + ([changes] if changes is not None else []), order)
             raise exc
         parts.append(changes)
-    return _join(parts, order)
+    return _join(parts, order), decoders[-1]
+
+
+def cpu_count() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _lsn_numpy(lsn):

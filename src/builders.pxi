@@ -202,7 +202,27 @@ cdef extern from *:
 # output dropped before the next batch) write into warm pages. The bound (on the bytes
 # the blocks held, not their room, whose pages are not resident) defaults to an eighth
 # of physical memory, between 256 MiB and 2 GiB (set_buffer_cache_limit).
-# Only touched with the GIL held (all builder growth happens inside feed()).
+# Shared by every decoder of the process, and builders grow without the GIL (the block
+# writers of block_writers.pxi run so): it is touched only under its own lock, which
+# nothing holds while it waits for anything else.
+
+cdef extern from *:
+    """
+    static PyThread_type_lock pgo_cache_mu = NULL;
+    static int pgo_cache_lock_init(void) {
+        if (pgo_cache_mu == NULL)
+            pgo_cache_mu = PyThread_allocate_lock();
+        return pgo_cache_mu != NULL ? 0 : -1;
+    }
+    static inline void pgo_cache_lock(void) { PyThread_acquire_lock(pgo_cache_mu, WAIT_LOCK); }
+    static inline void pgo_cache_unlock(void) { PyThread_release_lock(pgo_cache_mu); }
+    """
+    int pgo_cache_lock_init() noexcept
+    void pgo_cache_lock() noexcept nogil
+    void pgo_cache_unlock() noexcept nogil
+
+if pgo_cache_lock_init() < 0:
+    raise MemoryError("pgoutput_fast: no lock for the buffer cache")
 
 DEF CACHE_SLOTS = 1024
 DEF CACHE_MIN_BLOCK = 1 << 16
@@ -231,13 +251,17 @@ cdef void release_block(void *p, Py_ssize_t size, Py_ssize_t used) noexcept nogi
         return
     if cost > size:
         cost = size
-    if size >= CACHE_MIN_BLOCK and _cache_n < CACHE_SLOTS and _cache_total + cost <= _cache_limit:
-        _cache_ptr[_cache_n] = p
-        _cache_size[_cache_n] = size
-        _cache_cost[_cache_n] = cost
-        _cache_n += 1
-        _cache_total += cost
-    else:
+    if size >= CACHE_MIN_BLOCK:
+        pgo_cache_lock()
+        if _cache_n < CACHE_SLOTS and _cache_total + cost <= _cache_limit:
+            _cache_ptr[_cache_n] = p
+            _cache_size[_cache_n] = size
+            _cache_cost[_cache_n] = cost
+            _cache_n += 1
+            _cache_total += cost
+            p = NULL
+        pgo_cache_unlock()
+    if p != NULL:
         pgo_blk_free(p, <size_t>size)
 
 
@@ -248,6 +272,8 @@ cdef void *acquire_block(Py_ssize_t need, Py_ssize_t want, Py_ssize_t *size) noe
     exact size a buffer of the previous batch was handed over with), or NULL."""
     global _cache_n, _cache_total
     cdef int i, best = -1, fit = -1
+    cdef void *p
+    pgo_cache_lock()
     for i in range(_cache_n):
         if _cache_size[i] >= want and _cache_size[i] <= 4 * want:
             if best < 0 or _cache_size[i] < _cache_size[best]:
@@ -258,14 +284,16 @@ cdef void *acquire_block(Py_ssize_t need, Py_ssize_t want, Py_ssize_t *size) noe
     if best < 0:
         best = fit
     if best < 0:
+        pgo_cache_unlock()
         return NULL
-    cdef void *p = _cache_ptr[best]
+    p = _cache_ptr[best]
     size[0] = _cache_size[best]
     _cache_total -= _cache_cost[best]
     _cache_n -= 1
     _cache_ptr[best] = _cache_ptr[_cache_n]
     _cache_size[best] = _cache_size[_cache_n]
     _cache_cost[best] = _cache_cost[_cache_n]
+    pgo_cache_unlock()
     return p
 
 
@@ -285,19 +313,24 @@ def set_buffer_cache_limit(Py_ssize_t nbytes):
     """Bytes of released output buffers kept for reuse (0 disables; the default is an
     eighth of physical memory, between 256 MiB and 2 GiB)."""
     global _cache_limit, _cache_n, _cache_total
+    pgo_cache_lock()
     _cache_limit = nbytes
     while _cache_n and _cache_total > _cache_limit:
         _cache_n -= 1
         _cache_total -= _cache_cost[_cache_n]
         pgo_blk_free(_cache_ptr[_cache_n], <size_t>_cache_size[_cache_n])
+    pgo_cache_unlock()
 
 
 def buffer_cache_info():
     """The cache's blocks and the bytes they count against its limit; fresh_blocks and
     fresh_bytes: how many output buffers of 64 KiB or more were given memory not from
     the cache since the process started, and its size (a steady state adds none)."""
-    return {"blocks": _cache_n, "bytes": _cache_total, "limit": _cache_limit,
+    pgo_cache_lock()
+    info = {"blocks": _cache_n, "bytes": _cache_total, "limit": _cache_limit,
             "fresh_blocks": _fresh_blocks, "fresh_bytes": _fresh_bytes}
+    pgo_cache_unlock()
+    return info
 
 
 cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
@@ -354,8 +387,10 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
     if p == NULL:
         return -1
     if cap >= CACHE_MIN_BLOCK:
+        pgo_cache_lock()
         _fresh_blocks += 1
         _fresh_bytes += cap
+        pgo_cache_unlock()
     b.data = p
     b.cap = cap
     return 0

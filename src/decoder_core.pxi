@@ -90,6 +90,8 @@ cdef class DecoderCore:
     cdef Buf cp_scratch             # the column pass's value table (_column_block)
     cdef Buf run_refs               # MsgRef per spooled change of a replayed run
     cdef Buf win_txn, win_grp, win_rows, win_refs   # a window's lists (txn_window.pxi)
+    cdef bint busy                  # a feed() or export() is running: the block writers
+                                    # let go of the GIL, so another thread could come in
 
     def __cinit__(self):
         self.rb_current = {}
@@ -179,6 +181,21 @@ cdef class DecoderCore:
         up to the last commit before the bad message is kept (export() gives it).
         """
         cdef const MsgRef *refs = <const MsgRef *>refs_addr
+        self._enter()
+        try:
+            self._feed(refs, nrefs)
+        finally:
+            self.busy = False
+
+    cdef int _enter(self) except -1:
+        if self.busy:
+            raise RuntimeError("a Decoder is being used by two threads at once: feed() and "
+                               "export() of one Decoder must not overlap (give each thread "
+                               "its own Decoder, or see decode_parallel)")
+        self.busy = True
+        return 0
+
+    cdef int _feed(self, const MsgRef *refs, Py_ssize_t nrefs) except -1:
         cdef Py_ssize_t i = 0, k, skip = 0
         if self.state == ST_TXN:
             self.txn_part_start = 0         # the open transaction continues here
@@ -218,6 +235,7 @@ cdef class DecoderCore:
         except BaseException:
             self._reset_after_error()
             raise
+        return 0
 
 
     cdef void _reset_after_error(self):
@@ -700,283 +718,43 @@ cdef class DecoderCore:
 
     cdef Py_ssize_t _ev_block(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
                               Py_ssize_t nrefs, RelBuilders rb, int olds, int xo) except -1:
-        """The rows i..j of an _run_event_blocks block into the change-event table: each
-        change's tuples read and written into the maps in one pass (ev_tuple), then the
-        rows' metadata a column at a time. Returns the first row not written (the
-        row-wise scan takes it from there). nrefs: the messages there are (the next
-        block's are prefetched as this one goes)."""
-        cdef EvStore *e = &self.ev
-        cdef bint two = olds == BLOCK_UPDATES_OLD
-        cdef int ncols = rb.ncols
-        cdef Py_ssize_t rows = j - i, done = 0, base, r, pos, end
-        cdef const unsigned char *p
-        cdef int32_t endo, zero = 0
-        cdef int64_t relid = rb.relid
-        cdef int32_t rid = rb.id
-        cdef char op = b'd' if olds == BLOCK_DELETES else b'u' if olds == BLOCK_UPDATES_OLD else 0
-        cdef Py_ssize_t ahead = prefetch_end(i, j, nrefs), fetch = j
-        base = e.meta.rows
-        while done < rows:
-            p = refs[i + done].p
-            end = refs[i + done].n
-            fetch = prefetch_msgs(refs, fetch, j + (done + 1) * (ahead - j) // rows)   # (a share per row)
-            pos = 8 + xo
-            if olds != BLOCK_NEW:               # the old image: 'K' (key columns) or 'O'
-                pos = ev_tuple(&e.before, p, pos, end, ncols, rb.names, rb.name_end, rb.is_key,
-                               p[5 + xo] == TUPLE_KEY, rb.ctype, rb.fmemo)
-                if pos < 0:
-                    break
-            elif map_end_row(&e.before, 0) < 0:
-                pos = -2
-                break
-            if olds == BLOCK_DELETES:
-                if map_end_row(&e.after, 0) < 0:
-                    pos = -2
-                    break
-            else:
-                if two:
-                    if end - pos < 3 or p[pos] != TUPLE_NEW or pgo_be16s(p + pos + 1) != ncols:
-                        pos = -1
-                        break
-                    pos += 3
-                pos = ev_tuple(&e.after, p, pos, end, ncols, rb.names, rb.name_end, rb.is_key,
-                               False, rb.ctype, rb.fmemo)
-                if pos < 0:
-                    break
-            if pos != end:
-                pos = -1
-                break
-            done += 1
-        if done < rows:
-            map_truncate(&e.before, base + done)
-            map_truncate(&e.after, base + done)
-            if pos == -2:
-                raise MemoryError()
-        if done:
-            if (meta_reserve(&e.meta, done) < 0 or buf_reserve(&e.relid, 8 * done) < 0
-                    or buf_reserve(&e.rb, 4 * done) < 0 or buf_reserve(&e.before_kind, done) < 0
-                    or buf_reserve(&e.trunc, done) < 0 or buf_reserve(&e.toast_off, 4 * (done + 1)) < 0):
-                raise MemoryError()
-            meta_put_run(&e.meta, refs + i, done, &self.ctx, op)
-            endo = <int32_t>(e.toast_ids.len >> 2)
-            if e.toast_off.len == 0:
-                memcpy(e.toast_off.data, &zero, 4)
-                e.toast_off.len = 4
-            for r in range(done):
-                memcpy(e.relid.data + e.relid.len + 8 * r, &relid, 8)
-                memcpy(e.rb.data + e.rb.len + 4 * r, &rid, 4)
-                e.before_kind.data[e.before_kind.len + r] = refs[i + r].p[5 + xo] if olds != BLOCK_NEW else 0
-                e.trunc.data[e.trunc.len + r] = 0xFF
-                memcpy(e.toast_off.data + e.toast_off.len + 4 * r, &endo, 4)
-            e.relid.len += 8 * done
-            e.rb.len += 4 * done
-            e.before_kind.len += done
-            e.trunc.len += done
-            e.toast_off.len += 4 * done
-        return i + done
+        """ev_block (block_writers.pxi) of the rows i..j, without the GIL when the block
+        is large enough to pay for it. Returns the first row not written."""
+        cdef EvRel v
+        cdef Py_ssize_t k
+        ev_rel(&v, rb)
+        if (j - i) * v.ncols >= NOGIL_MIN_VALUES:
+            with nogil:
+                k = ev_block(&self.ev, &v, &self.ctx, refs, i, j, nrefs, olds, xo)
+        else:
+            k = ev_block(&self.ev, &v, &self.ctx, refs, i, j, nrefs, olds, xo)
+        if k < 0:
+            raise MemoryError()
+        return k
 
     cdef Py_ssize_t _column_block(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
                                   Py_ssize_t nrefs, RelBuilders rb, int olds, int xo) except -1:
-        """The rows i..j of a _run_typed_blocks block (room reserved) through the row pass and
-        the column pass (cp_rows, cp_column), as far as they take them; returns the
-        first row not written, from which the row-wise scan goes on. olds: what the
-        block is made of (BLOCK_*); an old tuple goes to _before's dense columns, as
-        _scan_old writes it, before the row. nrefs: the messages there are (the next
-        block's are prefetched, a share per column pass)."""
-        cdef Column **cols = rb.cols
-        cdef Column **before = rb.before
-        cdef Py_ssize_t bbase
-        cdef int32_t row32
-        cdef bint two = olds == BLOCK_UPDATES_OLD
-        cdef int ncols = rb.ncols
-        cdef Meta *meta = &rb.meta
-        cdef Ctx *ctx = &self.ctx
-        cdef Py_ssize_t stride = CP_VALUES // ncols
-        cdef Py_ssize_t rows, got, done, k, base, r
-        cdef const unsigned char **vp
-        cdef int32_t *vn
-        cdef uint8_t *ckind
-        cdef const unsigned char **vp2
-        cdef int32_t *vn2
-        cdef uint8_t *ckind2
-        cdef CpTables tb
-        cdef int c, rc = 0
-        cdef char op = b'd' if olds == BLOCK_DELETES else b'u' if olds == BLOCK_UPDATES_OLD else 0
-        cdef unsigned char *brows
-        cdef unsigned char *bkind
-        if stride < 1:
-            stride = 1
-        cdef Py_ssize_t i0 = i, ahead = prefetch_end(i, j, nrefs), fetch = j
-        if olds == BLOCK_MIXED:
-            return self._mixed_block(refs, i, j, nrefs, rb, xo)
-        if cp_tables(&self.cp_scratch, stride, ncols, two, &tb) < 0:
+        """cp_block or cp_mixed_block (block_writers.pxi) of the rows i..j of a
+        _run_typed_blocks block (room reserved), without the GIL when the block is large
+        enough to pay for it. Returns the first row not written, from which the row-wise
+        scan goes on."""
+        cdef BlockDest d
+        cdef Py_ssize_t k
+        cdef bint mixed = olds == BLOCK_MIXED
+        block_dest(&d, rb)
+        if (j - i) * d.ncols >= NOGIL_MIN_VALUES:
+            with nogil:
+                if mixed:
+                    k = cp_mixed_block(&d, &self.cp_scratch, &self.scratch, &self.ctx, refs, i, j, nrefs, xo)
+                else:
+                    k = cp_block(&d, &self.cp_scratch, &self.ctx, refs, i, j, nrefs, olds, xo)
+        elif mixed:
+            k = cp_mixed_block(&d, &self.cp_scratch, &self.scratch, &self.ctx, refs, i, j, nrefs, xo)
+        else:
+            k = cp_block(&d, &self.cp_scratch, &self.ctx, refs, i, j, nrefs, olds, xo)
+        if k < 0:
             raise MemoryError()
-        vp = tb.vp
-        vn = tb.vn
-        ckind = tb.ckind
-        vp2 = tb.vp2
-        vn2 = tb.vn2
-        ckind2 = tb.ckind2
-        while i < j:
-            rows = j - i
-            if rows > stride:
-                rows = stride
-            memset(ckind, 0, <size_t>ncols)
-            if two:
-                memset(ckind2, 0, <size_t>ncols)
-            got = cp_rows(refs + i, rows, ncols, stride, vp, vn, ckind, vp2, vn2, ckind2, two, xo)
-            if got == 0:
-                return i
-            base = meta.rows
-            done = got
-            bbase = rb.nbefore
-            if olds != BLOCK_NEW:
-                for c in range(ncols):
-                    k = cp_column(before[c], ckind[c], vp + c * stride, vn + c * stride, done, &rc)
-                    if k < done:
-                        done = k
-                    if rc != 0:
-                        break
-            if rc == 0:
-                for c in range(ncols):
-                    # this sub-block's share of the next block's messages, by columns
-                    fetch = prefetch_msgs(refs, fetch, j + ((i - i0) * ncols + (c + 1) * rows)
-                                          * (ahead - j) // ((j - i0) * ncols))
-                    k = cp_column(cols[c], ckind2[c], vp2 + c * stride, vn2 + c * stride, done, &rc)
-                    if k < done:
-                        done = k
-                    if rc != 0:
-                        break
-            if done < got or rc != 0:
-                for c in range(ncols):
-                    cp_cut(cols[c], base + done)
-                    if olds != BLOCK_NEW:
-                        cp_cut(before[c], bbase + done)
-            for c in range(ncols):
-                # a column that has had an unchanged TOAST value ('u') keeps a bit per row
-                if cp_toast_clear(cols[c], base, done) < 0 or (
-                        olds != BLOCK_NEW and cp_toast_clear(before[c], bbase, done) < 0):
-                    raise MemoryError()
-            if olds != BLOCK_NEW:
-                row32 = <int32_t>meta.rows
-                brows = rb.before_rows.data + rb.before_rows.len
-                bkind = rb.before_kind.data + rb.before_kind.len
-                for r in range(done):
-                    memcpy(brows + 4 * r, &row32, 4)
-                    row32 += 1
-                    bkind[r] = refs[i + r].p[5 + xo]
-                rb.before_rows.len += 4 * done
-                rb.before_kind.len += done
-                rb.nbefore += done
-            meta_put_run(meta, refs + i, done, ctx, op)
-            i += done
-            if done < rows or rc != 0:
-                return i
-        return i
-
-    cdef Py_ssize_t _mixed_block(self, const MsgRef *refs, Py_ssize_t i, Py_ssize_t j,
-                                 Py_ssize_t nrefs, RelBuilders rb, int xo) except -1:
-        """_column_block of a BLOCK_MIXED block: inserts, updates without an old tuple and
-        deletes. Each change's first tuple is its row (a delete's old key or row, as
-        _write_dml writes it), through the row pass and the column pass of every row;
-        then the deletes' old images, gathered from the same value tables, through the
-        column pass into _before's dense columns. Returns the first row not written."""
-        cdef Column **cols = rb.cols
-        cdef Column **before = rb.before
-        cdef int ncols = rb.ncols
-        cdef Meta *meta = &rb.meta
-        cdef Py_ssize_t stride = CP_VALUES // ncols
-        cdef Py_ssize_t rows, got, done, k, base, bbase, r, nd, kept
-        cdef const unsigned char **vp
-        cdef int32_t *vn
-        cdef uint8_t *ckind
-        cdef const unsigned char **dvp
-        cdef int32_t *dvn
-        cdef int32_t *drow
-        cdef CpTables tb
-        cdef int c, rc = 0
-        cdef int32_t row32
-        cdef unsigned char *brows
-        cdef unsigned char *bkind
-        cdef Py_ssize_t i0 = i, ahead = prefetch_end(i, j, nrefs), fetch = j
-        if stride < 1:
-            stride = 1
-        # (two tables: the rows' values, and the deletes' gathered; then a row list)
-        if (cp_tables(&self.cp_scratch, stride, ncols, True, &tb) < 0
-                or buf_reserve(&self.scratch, 4 * stride) < 0):
-            raise MemoryError()
-        vp = tb.vp
-        vn = tb.vn
-        ckind = tb.ckind
-        dvp = tb.vp2
-        dvn = tb.vn2
-        drow = <int32_t *>self.scratch.data
-        while i < j:
-            rows = j - i
-            if rows > stride:
-                rows = stride
-            memset(ckind, 0, <size_t>ncols)
-            got = cp_rows(refs + i, rows, ncols, stride, vp, vn, ckind, vp, vn, ckind, False, xo)
-            if got == 0:
-                return i
-            base = meta.rows
-            bbase = rb.nbefore
-            done = got
-            for c in range(ncols):
-                fetch = prefetch_msgs(refs, fetch, j + ((i - i0) * ncols + (c + 1) * rows)
-                                      * (ahead - j) // ((j - i0) * ncols))
-                k = cp_column(cols[c], ckind[c], vp + c * stride, vn + c * stride, done, &rc)
-                if k < done:
-                    done = k
-                if rc != 0:
-                    break
-            # the deletes among the rows written: their old images, gathered
-            nd = 0
-            if rc == 0:
-                for r in range(done):
-                    if refs[i + r].p[0] == MSG_DELETE:
-                        drow[nd] = <int32_t>r
-                        nd += 1
-                if nd:
-                    for c in range(ncols):
-                        for r in range(nd):
-                            dvp[c * stride + r] = vp[c * stride + drow[r]]
-                            dvn[c * stride + r] = vn[c * stride + drow[r]]
-                    kept = nd
-                    for c in range(ncols):
-                        k = cp_column(before[c], ckind[c], dvp + c * stride, dvn + c * stride, kept, &rc)
-                        if k < kept:
-                            kept = k
-                        if rc != 0:
-                            break
-                    if kept < nd or rc != 0:
-                        # (rows from the delete whose old image stopped go row-wise)
-                        done = drow[kept] if kept < nd else done
-                        nd = kept
-            if rc != 0:
-                done = 0
-                nd = 0
-            if done < got or rc != 0:
-                for c in range(ncols):
-                    cp_cut(cols[c], base + done)
-                    cp_cut(before[c], bbase + nd)
-            for c in range(ncols):
-                if cp_toast_clear(cols[c], base, done) < 0 or cp_toast_clear(before[c], bbase, nd) < 0:
-                    raise MemoryError()
-            brows = rb.before_rows.data + rb.before_rows.len
-            bkind = rb.before_kind.data + rb.before_kind.len
-            for r in range(nd):
-                row32 = <int32_t>(base + drow[r])
-                memcpy(brows + 4 * r, &row32, 4)
-                bkind[r] = refs[i + drow[r]].p[5 + xo]
-            rb.before_rows.len += 4 * nd
-            rb.before_kind.len += nd
-            rb.nbefore += nd
-            meta_put_run(meta, refs + i, done, &self.ctx, 0)
-            i += done
-            if done < rows or rc != 0:
-                return i
-        return i
+        return k
 
     cdef int _scan_new(self, const MsgRef *m, Cursor *c, RelBuilders rb) except -1:
         cdef Py_ssize_t at = c.pos
@@ -1304,13 +1082,17 @@ cdef class DecoderCore:
     def export(self):
         """(tables: [(RelationVersion, pa.Table)], events: pa.Table | None, messages: list)."""
         cdef RelBuilders rb
-        tables = []
-        for rb in self.rb_all:
-            if rb.committed:
-                tables.append((rb.version, rb.export(self)))
-        events = export_events(self) if self.want_events else None
-        msgs = self.out_messages
-        self.out_messages = []
+        self._enter()
+        try:
+            tables = []
+            for rb in self.rb_all:
+                if rb.committed:
+                    tables.append((rb.version, rb.export(self)))
+            events = export_events(self) if self.want_events else None
+            msgs = self.out_messages
+            self.out_messages = []
+        finally:
+            self.busy = False
         return tables, events, msgs
 
 

@@ -112,17 +112,19 @@ cdef class MessageBatch:
         if pa.types.is_large_binary(t) or pa.types.is_large_string(t):
             off64 = <const int64_t *><size_t>bufs[1].address
             off64 += <Py_ssize_t>messages.offset
-            for i in range(count):
-                r[i].p = data + off64[i]
-                r[i].n = off64[i + 1] - off64[i]
-                r[i].lsn = lsns[i] if lsns != NULL else 0
+            with nogil:
+                for i in range(count):
+                    r[i].p = data + off64[i]
+                    r[i].n = off64[i + 1] - off64[i]
+                    r[i].lsn = lsns[i] if lsns != NULL else 0
         else:
             off32 = <const int32_t *><size_t>bufs[1].address
             off32 += <Py_ssize_t>messages.offset
-            for i in range(count):
-                r[i].p = data + off32[i]
-                r[i].n = off32[i + 1] - off32[i]
-                r[i].lsn = lsns[i] if lsns != NULL else 0
+            with nogil:
+                for i in range(count):
+                    r[i].p = data + off32[i]
+                    r[i].n = off32[i + 1] - off32[i]
+                    r[i].lsn = lsns[i] if lsns != NULL else 0
         self.n += count
         return 0
 
@@ -154,3 +156,63 @@ cdef object _np_from_pa_lsn(object arr):
         valid = np.unpackbits(np.frombuffer(bufs[0], np.uint8), bitorder="little")[arr.offset:arr.offset + n]
         out = np.where(valid.astype(bool), out, 0).astype(dtype)
     return out
+
+
+def _message_scan(offsets, data, Py_ssize_t first, Py_ssize_t n, bint large, Py_ssize_t depth=0):
+    """One pass over the type bytes of messages first..first+n of a binary (large:
+    large_binary) array, from its offsets and data buffers: (types, rest, depth, simple).
+    types: each message's type byte (0 for an empty one); rest[k] = 1 where no Begin is
+    open after message k (depth: Begins minus Commits, from the given depth on; the
+    depth after the last is returned); simple: no control message but Begin and Commit
+    (else rest says nothing of stream blocks, streamed or prepared transactions).
+    (parallel.plan_cuts: what cutting a stream needs.)"""
+    cdef const unsigned char[::1] ob = offsets
+    cdef const unsigned char[::1] db
+    cdef Py_ssize_t w = 8 if large else 4, size = 0, k, a, b
+    cdef const unsigned char *d = NULL
+    cdef const unsigned char *o
+    cdef unsigned char *tp
+    cdef unsigned char *rp
+    cdef unsigned char t
+    cdef int32_t a4, b4
+    cdef int64_t a8, b8
+    cdef bint simple = True
+    types = bytearray(n)
+    rest = bytearray(n)
+    if n == 0:
+        return types, rest, depth, simple
+    if first < 0 or n < 0 or (first + n + 1) * w > ob.shape[0]:
+        raise ValueError("the offsets buffer is shorter than the array")
+    if data is not None:
+        db = data
+        size = db.shape[0]
+        if size:
+            d = &db[0]
+    o = &ob[0] + first * w
+    tp = types
+    rp = rest
+    with nogil:
+        for k in range(n):
+            if large:
+                memcpy(&a8, o + 8 * k, 8)
+                memcpy(&b8, o + 8 * k + 8, 8)
+                a = <Py_ssize_t>a8
+                b = <Py_ssize_t>b8
+            else:
+                memcpy(&a4, o + 4 * k, 4)
+                memcpy(&b4, o + 4 * k + 4, 4)
+                a = a4
+                b = b4
+            t = d[a] if b > a and 0 <= a < size else 0
+            tp[k] = t
+            if t == MSG_BEGIN:
+                depth += 1
+            elif t == MSG_COMMIT:
+                depth -= 1
+            elif (t == MSG_STREAM_START or t == MSG_STREAM_STOP or t == MSG_STREAM_COMMIT
+                    or t == MSG_STREAM_ABORT or t == MSG_BEGIN_PREPARE or t == MSG_PREPARE
+                    or t == MSG_STREAM_PREPARE or t == MSG_COMMIT_PREPARED
+                    or t == MSG_ROLLBACK_PREPARED):
+                simple = False
+            rp[k] = depth == 0
+    return types, rest, depth, simple

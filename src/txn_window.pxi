@@ -51,6 +51,7 @@ DEF WIN_MAX_CHANGES = 4096           # changes one window gathers at most
 DEF WIN_MAX_TXNS = 4096              # transactions one window holds at most
 DEF WIN_MAX_BYTES = 4 << 20          # a window ends after the transaction that passes this
 DEF WIN_MAX_GROUPS = 64              # relations one window writes at most
+DEF WIN_NOGIL_CHANGES = 32           # a window of this many changes writes its events without the GIL
 
 
 cdef struct WinTxn:
@@ -67,23 +68,45 @@ cdef struct WinRow:                  # a gathered change's per-transaction metad
     int32_t txn
 
 
+cdef struct WinScan:                 # window_scan's state, kept across its stops
+    Py_ssize_t k                     # the next transaction's Begin (the window's end so far)
+    Py_ssize_t q                     # the open transaction's message being scanned
+    Py_ssize_t c0                    # the open transaction's first change in the lists
+    Py_ssize_t nch, ntx, nbytes
+    Py_ssize_t ngroups
+    bint open                        # a transaction's changes are being scanned
+    bint stop                        # a limit reached: the window ends before the open one
+    uint64_t final_lsn               # the open transaction's Begin's
+    int64_t ts
+    uint32_t last_relid
+    int32_t last_group
+    uint32_t need                    # WSCAN_NEED: the relation met that is not in gid
+    uint32_t gid[WIN_MAX_GROUPS]     # the relations met, in their groups' order
+
+
+cdef enum:
+    WSCAN_DONE = 0                   # the window is found: ws.k its end, ws.ntx > 0 or not
+    WSCAN_NEED = 1                   # a relation not met yet (ws.need): the caller adds its
+                                     # group (ws.gid[ws.ngroups++]) and calls again, or ends
+                                     # the window before the open transaction
+
+
+cdef struct WinGroup:                # a relation of the window, for window_typed
+    BlockDest d
+    uint32_t relid
+    Py_ssize_t base                  # its rows before the window
+    Py_ssize_t done                  # of its gathered run, the rows window_typed wrote
+
+
 cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
                            Py_ssize_t nrefs, Py_ssize_t *skip_until) except -1:
     """Decode the window of whole transactions starting at the Begin refs[i] (see the top
     of this file). Returns the index after its last Commit; or i when there is no window
     worth gathering (then *skip_until is set past what the usual path should take
     first: this Begin, or the whole window when it failed to decode)."""
-    cdef Py_ssize_t k = i, q, c0, nch = 0, ntx = 0, nbytes = 0, ngroups = 0
+    cdef Py_ssize_t k = i, nch = 0, ntx = 0, ngroups = 0
     cdef Py_ssize_t r, g, n, base, idx, a, b, a0
-    cdef const MsgRef *m
-    cdef const unsigned char *p
-    cdef uint8_t t
-    cdef uint32_t relid, last_relid = 0
-    cdef int32_t last_group = -1
-    cdef uint64_t final_lsn
-    cdef int64_t ts
-    cdef uint32_t gid[WIN_MAX_GROUPS]
-    cdef Py_ssize_t count[WIN_MAX_GROUPS + 1]
+    cdef WinScan ws
     cdef Py_ssize_t off[WIN_MAX_GROUPS + 1]
     cdef WinTxn *txns
     cdef WinTxn *tx
@@ -92,11 +115,12 @@ cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
     cdef WinRow *rows
     cdef WinRow *wr
     cdef MsgRef *grefs
-    cdef Meta *mt
     cdef RelBuilders rb
     cdef list groups = []
-    cdef bint stop = False, ok = False, events = self.want_events, tables = self.want_tables
-    cdef int64_t v
+    cdef bint ok = False, events = self.want_events, tables = self.want_tables
+    cdef EvRel evr[WIN_MAX_GROUPS]
+    cdef WinGroup wg[WIN_MAX_GROUPS]
+    cdef int rc
     if (buf_reserve(&self.win_txn, sizeof(WinTxn) * WIN_MAX_TXNS) < 0
             or buf_reserve(&self.win_grp, 8 * WIN_MAX_CHANGES) < 0
             or buf_reserve(&self.win_rows, sizeof(WinRow) * 2 * WIN_MAX_CHANGES) < 0
@@ -108,65 +132,34 @@ cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
     rows = <WinRow *>self.win_rows.data
     grefs = <MsgRef *>self.win_refs.data
 
-    # 1. the window: whole transactions of changes only
-    while k < nrefs and ntx < WIN_MAX_TXNS and nbytes < WIN_MAX_BYTES and not stop:
-        m = &refs[k]
-        if m.n != 21 or m.p[0] != MSG_BEGIN:
+    # 1. the window: whole transactions of changes only (without the GIL; the scan
+    # stops at each relation it has not met yet, which the catalog of builders names)
+    ws.k = i
+    ws.open = False
+    ws.stop = False
+    ws.nch = ws.ntx = ws.nbytes = 0
+    ws.ngroups = 0
+    ws.last_group = -1
+    ws.last_relid = 0
+    while True:
+        if i + 64 <= nrefs:
+            with nogil:
+                rc = window_scan(&ws, refs, nrefs, txns, grp, chg_at, rows)
+        else:
+            rc = window_scan(&ws, refs, nrefs, txns, grp, chg_at, rows)
+        if rc == WSCAN_DONE:
             break
-        final_lsn = pgo_be64(m.p + 1)
-        ts = pgo_be64s(m.p + 9)
-        if ts > INT64_MAX - PGO_UNIX_EPOCH_US:
-            break                            # (the usual path reports it)
-        c0 = nch
-        q = k + 1
-        while q < nrefs:
-            m = &refs[q]
-            p = m.p
-            if m.n < 5:
-                break
-            t = p[0]
-            if t != MSG_INSERT and t != MSG_UPDATE and t != MSG_DELETE:
-                break
-            relid = pgo_be32(p + 1)
-            if last_group < 0 or relid != last_relid:
-                last_group = -1
-                for g in range(ngroups):
-                    if gid[g] == relid:
-                        last_group = <int32_t>g
-                        break
-                if last_group < 0:
-                    rb = self.rb_current.get(relid)
-                    if rb is None or ngroups == WIN_MAX_GROUPS:
-                        stop = True
-                        break
-                    gid[ngroups] = relid
-                    groups.append(rb)
-                    last_group = <int32_t>ngroups
-                    ngroups += 1
-                last_relid = relid
-            if nch == WIN_MAX_CHANGES:
-                stop = True
-                break
-            grp[nch] = last_group
-            chg_at[nch] = <int32_t>(q - k)
-            rows[nch].seq = nch - c0
-            rows[nch].txn = <int32_t>ntx
-            nch += 1
-            nbytes += m.n
-            q += 1
-        if (stop or q >= nrefs or refs[q].n != 26 or refs[q].p[0] != MSG_COMMIT
-                or refs[q].p[1] != 0 or pgo_be64(refs[q].p + 2) != final_lsn):
-            nch = c0                         # (this transaction goes the usual way)
+        rb = self.rb_current.get(ws.need)
+        if rb is None:                       # (the usual path: it reports it)
+            ws.nch = ws.c0
             break
-        tx = &txns[ntx]
-        tx.commit_lsn = <int64_t>final_lsn
-        tx.commit_ts = ts + PGO_UNIX_EPOCH_US
-        tx.xid = pgo_be32(refs[k].p + 17)
-        tx.begin = k
-        tx.first = c0
-        tx.nchanges = nch - c0
-        ntx += 1
-        k = q + 1
+        groups.append(rb)
+        ws.gid[ws.ngroups] = ws.need
+        ws.ngroups += 1
+    k = ws.k
+    nch = ws.nch
+    ntx = ws.ntx
+    ngroups = ws.ngroups
     if ntx == 0 or (ntx == 1 and (ngroups <= 1 or not tables)):
         skip_until[0] = i + 1                # (nothing to gather: the usual path)
         return i
@@ -175,64 +168,71 @@ cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
     self._drop_carry()
     try:
         if events:
+            for g in range(ngroups):
+                rb = groups[g]
+                ev_rel(&evr[g], rb)
+                self._touch(rb)
             self.want_tables = False
             try:
-                for r in range(ntx):
-                    tx = &txns[r]
-                    window_ctx(&self.ctx, tx)
-                    a = tx.begin + 1
-                    b = a + tx.nchanges
-                    while a < b:
+                r = 0
+                a = txns[0].begin + 1
+                while r < ntx:
+                    # the block writer over the window's transactions from (r, a), without
+                    # the GIL; it stops at a change it does not take ('u', a value it does
+                    # not format itself...), which the row-wise writer takes (and raises
+                    # what is wrong with it)
+                    if nch >= WIN_NOGIL_CHANGES:
+                        with nogil:
+                            rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a)
+                    else:
+                        rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a)
+                    if rc < 0:
+                        raise MemoryError()
+                    if r < ntx:
+                        tx = &txns[r]
                         rb = groups[grp[tx.first + (a - tx.begin - 1)]]
-                        a0 = a
-                        self._run_event_blocks(refs, &a, b, rb, 0)
-                        if a == a0:
-                            # a change the block writer does not take ('u', a value it
-                            # does not format itself...): the row-wise writer, which
-                            # raises what is wrong with it
-                            a = self._dml_rows(refs, a, a + 1, &a0, rb, 0)
+                        a = self._dml_rows(refs, a, a + 1, &a0, rb, 0)
+                        if a == tx.begin + 1 + tx.nchanges:
+                            r += 1
+                            if r < ntx:
+                                window_ctx(&self.ctx, &txns[r])
+                                a = txns[r].begin + 1
             finally:
                 self.want_tables = tables
-        # the typed rows: each relation's changes gathered (a stable counting sort)
+        # the typed rows: each relation's changes gathered, through the block writers
+        # (without the GIL); a group the column pass does not finish (a short block, a
+        # value it leaves to the full parser, no room checked yet) goes on here
         if tables:
-            for g in range(ngroups + 1):
-                count[g] = 0
-            for r in range(nch):
-                count[grp[r]] += 1
-            off[0] = 0
             for g in range(ngroups):
-                off[g + 1] = off[g] + count[g]
-                count[g] = off[g]
-            wr = rows + WIN_MAX_CHANGES          # (the gathered rows' metadata)
-            for r in range(nch):
-                g = grp[r]
-                grefs[count[g]] = refs[txns[rows[r].txn].begin + chg_at[r]]
-                wr[count[g]] = rows[r]
-                count[g] += 1
+                rb = groups[g]
+                self._touch(rb)
+                block_dest(&wg[g].d, rb)
+                wg[g].relid = rb.relid
+                wg[g].base = rb.meta.rows
             self.ctx.snapshot = 0
             self.ctx.origin = -1
-            for g in range(ngroups):
-                n = off[g + 1] - off[g]
-                if n == 0:
-                    continue
-                rb = groups[g]
-                base = rb.meta.rows
-                idx = 0
-                self.ctx.seq = 0
-                self._run_typed_blocks(grefs + off[g], &idx, n, rb, 0)
-                if idx < n or rb.meta.rows != base + n:
-                    raise DecodeError("window", 0, None)
-                # the per-transaction metadata, per row
-                mt = &rb.meta
-                for r in range(n):
-                    tx = &txns[wr[off[g] + r].txn]
-                    memcpy(mt.commit_lsn.data + 8 * (base + r), &tx.commit_lsn, 8)
-                    memcpy(mt.commit_ts.data + 8 * (base + r), &tx.commit_ts, 8)
-                    memcpy(mt.xid.data + 8 * (base + r), &tx.xid, 8)
-                    v = wr[off[g] + r].seq
-                    memcpy(mt.seq.data + 8 * (base + r), &v, 8)
-                    if tx.xid == 0 and mt.op.data[base + r] == b'c':
-                        mt.op.data[base + r] = b'r'      # (the initial snapshot's inserts)
+            if nch >= WIN_NOGIL_CHANGES:
+                with nogil:
+                    rc = window_typed(wg, ngroups, refs, txns, grp, chg_at, rows, nch, grefs, off,
+                                      &self.cp_scratch, &self.scratch, &self.ctx)
+            else:
+                rc = window_typed(wg, ngroups, refs, txns, grp, chg_at, rows, nch, grefs, off,
+                                  &self.cp_scratch, &self.scratch, &self.ctx)
+            if rc < 0:
+                raise MemoryError()
+            if rc == 0:
+                wr = rows + WIN_MAX_CHANGES          # (the gathered rows' metadata)
+                for g in range(ngroups):
+                    n = off[g + 1] - off[g]
+                    rb = groups[g]
+                    idx = wg[g].done
+                    if idx < n:
+                        self.ctx.seq = 0
+                        self._run_typed_blocks(grefs + off[g], &idx, n, rb, 0)
+                    if idx < n or rb.meta.rows != wg[g].base + n:
+                        raise DecodeError("window", 0, None)
+                    # the per-transaction metadata, per row
+                    window_meta(&rb.meta, wg[g].base, txns, wr + off[g], n)
         ok = True
     except DecodeError:
         pass
@@ -256,6 +256,245 @@ cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
     if tx.nchanges:
         self.last_rb = groups[grp[tx.first + tx.nchanges - 1]]
     return k
+
+
+cdef int window_scan(WinScan *ws, const MsgRef *refs, Py_ssize_t nrefs, WinTxn *txns,
+                     int32_t *grp, int32_t *chg_at, WinRow *rows) noexcept nogil:
+    """Step 1 of window_run: from ws.k on, whole transactions of changes only, within the
+    limits; each transaction's context into txns, each change's group, index and seq into
+    grp, chg_at and rows. Goes on from where it stopped (WSCAN_NEED). (The state is
+    kept in locals while it runs: the stores into the lists could alias *ws.)"""
+    cdef const MsgRef *m
+    cdef const unsigned char *p
+    cdef uint8_t t
+    cdef uint32_t relid
+    cdef Py_ssize_t g
+    cdef WinTxn *tx
+    cdef Py_ssize_t k = ws.k, q = ws.q, c0 = ws.c0, nch = ws.nch, ntx = ws.ntx
+    cdef Py_ssize_t nbytes = ws.nbytes, ngroups = ws.ngroups
+    cdef bint is_open = ws.open, stop = ws.stop
+    cdef uint64_t final_lsn = ws.final_lsn
+    cdef int64_t ts = ws.ts
+    cdef uint32_t last_relid = ws.last_relid
+    cdef int32_t last_group = ws.last_group
+    cdef int rc = -1
+    while rc < 0:
+        if not is_open:
+            if k >= nrefs or ntx >= WIN_MAX_TXNS or nbytes >= WIN_MAX_BYTES or stop:
+                rc = WSCAN_DONE
+                break
+            m = &refs[k]
+            if m.n != 21 or m.p[0] != MSG_BEGIN:
+                rc = WSCAN_DONE
+                break
+            final_lsn = pgo_be64(m.p + 1)
+            ts = pgo_be64s(m.p + 9)
+            if ts > INT64_MAX - PGO_UNIX_EPOCH_US:
+                rc = WSCAN_DONE                  # (the usual path reports it)
+                break
+            c0 = nch
+            q = k + 1
+            is_open = True
+        while q < nrefs:
+            m = &refs[q]
+            p = m.p
+            if m.n < 5:
+                break
+            t = p[0]
+            if t != MSG_INSERT and t != MSG_UPDATE and t != MSG_DELETE:
+                break
+            relid = pgo_be32(p + 1)
+            if last_group < 0 or relid != last_relid:
+                last_group = -1
+                for g in range(ngroups):
+                    if ws.gid[g] == relid:
+                        last_group = <int32_t>g
+                        break
+                if last_group < 0:
+                    if ngroups == WIN_MAX_GROUPS:
+                        stop = True
+                        break
+                    ws.need = relid
+                    rc = WSCAN_NEED
+                    break
+                last_relid = relid
+            if nch == WIN_MAX_CHANGES:
+                stop = True
+                break
+            grp[nch] = last_group
+            chg_at[nch] = <int32_t>(q - k)
+            rows[nch].seq = nch - c0
+            rows[nch].txn = <int32_t>ntx
+            nch += 1
+            nbytes += m.n
+            q += 1
+        if rc >= 0:
+            break                                # (WSCAN_NEED: the transaction stays open)
+        is_open = False
+        if (stop or q >= nrefs or refs[q].n != 26 or refs[q].p[0] != MSG_COMMIT
+                or refs[q].p[1] != 0 or pgo_be64(refs[q].p + 2) != final_lsn):
+            nch = c0                             # (this transaction goes the usual way)
+            rc = WSCAN_DONE
+            break
+        tx = &txns[ntx]
+        tx.commit_lsn = <int64_t>final_lsn
+        tx.commit_ts = ts + PGO_UNIX_EPOCH_US
+        tx.xid = pgo_be32(refs[k].p + 17)
+        tx.begin = k
+        tx.first = c0
+        tx.nchanges = nch - c0
+        ntx += 1
+        k = q + 1
+    ws.k = k
+    ws.q = q
+    ws.c0 = c0
+    ws.nch = nch
+    ws.ntx = ntx
+    ws.nbytes = nbytes
+    ws.open = is_open
+    ws.stop = stop
+    ws.final_lsn = final_lsn
+    ws.ts = ts
+    ws.last_relid = last_relid
+    ws.last_group = last_group
+    return rc
+
+
+cdef int window_events(EvStore *e, const EvRel *evr, Ctx *ctx, const MsgRef *refs,
+                       const WinTxn *txns, Py_ssize_t ntx, const int32_t *grp,
+                       Py_ssize_t *r_io, Py_ssize_t *a_io) noexcept nogil:
+    """The change-event rows of the window's transactions from transaction *r_io's change
+    refs[*a_io] on, in stream order: each transaction's runs of one relation through
+    block_end and ev_block, with that transaction's context in ctx. Stops at a change the
+    block writer does not take: *r_io and *a_io are then that change's (the caller writes
+    it row-wise, then calls again from the next); *r_io == ntx when all are written.
+    0, or -1 when memory ran out."""
+    cdef Py_ssize_t r = r_io[0], a = a_io[0], b, j, k, nbytes
+    cdef const WinTxn *tx
+    cdef const EvRel *v
+    cdef int olds
+    while r < ntx:
+        tx = &txns[r]
+        if a == tx.begin + 1:
+            window_ctx(ctx, tx)
+        b = tx.begin + 1 + tx.nchanges
+        while a < b:
+            v = &evr[grp[tx.first + (a - tx.begin - 1)]]
+            j = a
+            if v.ncols > 0:
+                j = block_end(refs, a, b, <uint32_t>v.relid, v.ncols, 0, &olds, &nbytes)
+            if j == a:
+                r_io[0] = r
+                a_io[0] = a
+                return 0
+            k = ev_block(e, v, ctx, refs, a, j, b, olds, 0)
+            if k < 0:
+                return -1
+            if k < j:
+                r_io[0] = r
+                a_io[0] = k
+                return 0
+            a = j
+        r += 1
+        if r < ntx:
+            a = txns[r].begin + 1
+    r_io[0] = r
+    a_io[0] = a
+    return 0
+
+
+cdef int window_typed(WinGroup *wg, Py_ssize_t ngroups, const MsgRef *refs,
+                      const WinTxn *txns, const int32_t *grp, const int32_t *chg_at,
+                      const WinRow *rows, Py_ssize_t nch, MsgRef *grefs, Py_ssize_t *off,
+                      Buf *cp_scratch, Buf *scratch, Ctx *ctx) noexcept nogil:
+    """The typed rows of a window: each relation's changes gathered (a stable counting
+    sort into grefs, off[g] the start of group g's run, their metadata after rows +
+    WIN_MAX_CHANGES), then each group's run through the block writers as far as they
+    take it with no check left to make (blocks of CP_MIN_ROWS or more, room reserved,
+    old images only where _before's columns exist); wg[g].done: the rows written. 1 when
+    every group is written whole (and its per-transaction metadata set), 0 when one is
+    not (the caller goes on from wg[g].done and sets the metadata), -1 out of memory."""
+    cdef Py_ssize_t count[WIN_MAX_GROUPS + 1]
+    cdef Py_ssize_t r, g, n, i, j, k, nbytes
+    cdef const MsgRef *gr
+    cdef WinRow *wr = <WinRow *>rows + WIN_MAX_CHANGES
+    cdef const BlockDest *d
+    cdef int olds, rc
+    cdef bint whole = True, with_old
+    for g in range(ngroups + 1):
+        count[g] = 0
+    for r in range(nch):
+        count[grp[r]] += 1
+    off[0] = 0
+    for g in range(ngroups):
+        off[g + 1] = off[g] + count[g]
+        count[g] = off[g]
+    for r in range(nch):
+        g = grp[r]
+        grefs[count[g]] = refs[txns[rows[r].txn].begin + chg_at[r]]
+        wr[count[g]] = rows[r]
+        count[g] += 1
+    for g in range(ngroups):
+        d = &wg[g].d
+        n = off[g + 1] - off[g]
+        gr = grefs + off[g]
+        i = 0
+        ctx.seq = 0
+        while i < n and d.ncols > 0:
+            j = block_end(gr, i, n, wg[g].relid, d.ncols, 0, &olds, &nbytes, True)
+            if j - i < CP_MIN_ROWS:
+                break
+            with_old = olds != BLOCK_NEW
+            if with_old and d.before == NULL:
+                break
+            rc = reserve_block(d.ncols, d.cols, j - i, nbytes)
+            if rc < 0 or meta_reserve(d.meta, j - i) < 0:
+                return -1
+            if rc != 0:
+                break
+            if with_old:
+                rc = reserve_block(d.ncols, d.before, j - i, nbytes)
+                if (rc < 0 or buf_reserve(d.before_rows, 4 * (j - i)) < 0
+                        or buf_reserve(d.before_kind, j - i) < 0):
+                    return -1
+                if rc != 0:
+                    break
+            if olds == BLOCK_MIXED:
+                k = cp_mixed_block(d, cp_scratch, scratch, ctx, gr, i, j, n, 0)
+            else:
+                k = cp_block(d, cp_scratch, ctx, gr, i, j, n, olds, 0)
+            if k < 0:
+                return -1
+            i = k
+            if k < j:
+                break
+        wg[g].done = i
+        if i < n:
+            whole = False
+    if not whole:
+        return 0
+    for g in range(ngroups):
+        window_meta(wg[g].d.meta, wg[g].base, txns, wr + off[g], off[g + 1] - off[g])
+    return 1
+
+
+cdef void window_meta(Meta *mt, Py_ssize_t base, const WinTxn *txns, const WinRow *wr,
+                      Py_ssize_t n) noexcept nogil:
+    """Set the metadata that differs per transaction on the n rows from row base of a
+    relation's gathered run: commit LSN, time, xid and seq, and 'r' for the inserts of
+    the initial snapshot's transactions (xid 0)."""
+    cdef Py_ssize_t r
+    cdef const WinTxn *tx
+    cdef int64_t v
+    for r in range(n):
+        tx = &txns[wr[r].txn]
+        memcpy(mt.commit_lsn.data + 8 * (base + r), &tx.commit_lsn, 8)
+        memcpy(mt.commit_ts.data + 8 * (base + r), &tx.commit_ts, 8)
+        memcpy(mt.xid.data + 8 * (base + r), &tx.xid, 8)
+        v = wr[r].seq
+        memcpy(mt.seq.data + 8 * (base + r), &v, 8)
+        if tx.xid == 0 and mt.op.data[base + r] == b'c':
+            mt.op.data[base + r] = b'r'      # (the initial snapshot's inserts)
 
 
 cdef inline void window_ctx(Ctx *ctx, const WinTxn *tx) noexcept nogil:

@@ -1,0 +1,62 @@
+"""One long stream on N cores: ``decode_parallel`` against one ``Decoder``, same run.
+
+Corpus: real pgoutput from a private PostgreSQL 15 (``pgoutput_fast.bench.corpus``):
+``oltp1`` and ``oltp50`` (the same changes committed 1 or 50 per transaction, two tables
+interleaved; protocol 1, text and binary mode) and ``narrow`` (100,000-row
+transactions of one 10-column table). A replay of captured segments is this: the
+messages of many segments, one after the other.
+
+``one`` is ``Decoder(**options).feed(messages, lsns)``; ``cores`` is
+``decode_parallel(messages, lsns, workers=N, **options)``, N the CPUs this process may
+use (``PGOUTPUT_FAST_WORKERS`` to set it): the stream cut where nothing is open into N
+pieces of about equal size, each decoded by its own Decoder on a thread (the native
+core lets go of the GIL in its block writers), the ChangeSets joined in commit order.
+Outputs: ``typed`` (``events=False``), ``both`` (the default ``Decoder()``). Each is
+timed after three untimed runs of the same call (the block cache then holds what that
+call's buffers need: see docs/performance.md). The same-run ratio ``cores`` vs
+``one`` is the speed-up; the notes give it against N.
+
+    pytest benchmarks/bench_parallel.py --benchmark-only
+"""
+
+import os
+
+import pytest
+
+import corpus
+from benchutil import NOTES, RESULTS, corpus_data, record
+from pgoutput_fast.decoder import Decoder
+from pgoutput_fast.parallel import cpu_count, decode_parallel
+
+ROWS = corpus.DEFAULT_ROWS
+USES_CORPUS = True
+WORKERS = int(os.environ.get("PGOUTPUT_FAST_WORKERS", "0")) or cpu_count()
+WORKLOADS = [(w, m) for w in ("oltp1", "oltp50", "narrow") for m in ("text", "binary")]
+OUTPUTS = {"typed": dict(events=False), "both": {}}
+
+
+@pytest.mark.parametrize("how", ["one", "cores"])            # (varies fastest: the two in a row)
+@pytest.mark.parametrize("output", list(OUTPUTS))
+@pytest.mark.parametrize("workload,mode", WORKLOADS)
+@pytest.mark.benchmark(group="parallel")
+def test_parallel(benchmark, workload, mode, output, how):
+    lsns, msgs, nbytes = corpus_data(workload, mode)
+    kw = OUTPUTS[output]
+    if how == "one":
+        def run():
+            return Decoder(**kw).feed(msgs, lsns)
+    else:
+        def run():
+            return decode_parallel(msgs, lsns, workers=WORKERS, **kw)
+    for _ in range(3):
+        run()                                   # (untimed: the block cache warms)
+    cs = benchmark.pedantic(run, rounds=5, iterations=1)
+    name = f"parallel/{output}/{workload}/{mode}/{how}"
+    record(benchmark, name, bytes=nbytes, rows=cs.num_changes)
+    if how == "cores":
+        base = f"parallel/{output}/{workload}/{mode}/one"
+        RESULTS[name]["baseline"] = base
+        if base in RESULTS:
+            speedup = RESULTS[base]["median"] / RESULTS[name]["median"]
+            NOTES.append(f"{name:40s} {nbytes / RESULTS[name]['median'] / 1e9:5.2f} GB/s on {WORKERS} cores, "
+                         f"{speedup:.2f}x one core ({speedup / WORKERS:.2f} x N)")
