@@ -31,8 +31,11 @@ for impl in native python; do
     # the decoder tests cover; under the reference they take 10 minutes longer; the
     # snapshot's Spark check too), capture's
     # fault and signal tests (directory and process handling), the backfill (the
-    # snapshot's copy, which test_snapshot.py runs under the reference), the package checks.
+    # snapshot's copy, which test_snapshot.py runs under the reference), the package checks,
+    # and the native core's threads (test_threads.py; decode --workers, whose cutting and
+    # joining test_parallel.py covers under both).
     [ "$impl" = python ] && skip=(--ignore=tests/decoder/test_decoder_parity.py
+        --ignore=tests/decoder/test_threads.py --ignore=tests/cli/test_decode_workers.py
         --ignore=tests/spark --ignore=tests/delta --ignore=tests/demo --ignore=tests/package
         --ignore=tests/local_server --ignore=tests/capture/test_capture_durability.py
         --ignore=tests/capture/test_backfill.py
