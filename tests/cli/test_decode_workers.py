@@ -6,10 +6,15 @@ import os
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from pgoutput_fast import Begin, Insert, Value, encode_message
 from tests.cli.test_cli_errors import one_line, run_cli
 from tests.decoder.test_threads import R, stream
+
+# (child processes decoding 30 k changes seven times: left out of the sanitized run, where
+# test_threads.py and test_parallel.py drive the same decode in process)
+pytestmark = pytest.mark.slow
 
 
 def _capture_dir(path, msgs, lsns, segments=5):
