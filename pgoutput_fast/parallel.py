@@ -305,6 +305,9 @@ def _widest(types):
     if all(pa.types.is_struct(t) for t in types):
         return pa.struct([first.field(i).with_type(_widest([t.field(i).type for t in types]))
                           for i in range(first.num_fields)])
+    if all(pa.types.is_list(t) for t in types):
+        # an array of an unknown type: its elements as the scalar column's
+        return pa.list_(first.value_field.with_type(_widest([t.value_type for t in types])))
     if any(pa.types.is_binary(t) for t in types):
         return pa.binary()
     return first

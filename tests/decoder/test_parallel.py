@@ -116,3 +116,30 @@ def test_generated_streams_same_as_one_decoder(stream, data):
     assert set(plan_cuts(msgs, pieces)) <= _at_rest_positions(msgs)
     got = decode_parallel(m, lsns, workers=workers, pieces=pieces, **options)
     assert_same(got, want, f"pieces={pieces}")
+
+
+def test_unknown_array_text_in_one_piece_binary_in_the_other():
+    """An array of a type the decoder does not know is list<string> in a piece that saw
+    only text values and list<binary> in one that saw a binary value: joined as one
+    Decoder makes it (list<binary>), inside the old image too."""
+    from pgoutput_fast import Begin, Commit, Relation, RelationColumn, Type, Update, Value, encode_message
+    from tests.decoder.test_decoder_parity import _unknown_array_send
+
+    rel = Relation(16390, "public", "t", "f", (RelationColumn(1, "id", 23, -1), RelationColumn(0, "a", 16998, -1)))
+    t = lambda v: Value("t", v.encode())      # noqa: E731
+    msgs = [encode_message(Type(16998, "public", "_mood")), encode_message(rel)]
+    lsn = 1000
+    for k, a in enumerate([t("{x,y}"), t("{z}"), Value("b", _unknown_array_send([b"\xff", None], [2])), t("{w}")]):
+        row = (t(str(k)), a)
+        msgs += [encode_message(Begin(lsn + 10, 5, 100 + k)),
+                 encode_message(Update(16390, "O", row, row, None)),
+                 encode_message(Commit(0, lsn + 10, lsn + 12, 5))]
+        lsn += 100
+    lsns = list(range(1, len(msgs) + 1))
+    want = pgoutput_fast.Decoder().feed(msgs, lsns)
+    table = want.tables["public.t"]
+    assert pa.types.is_binary(table.schema.field("a").type.value_type)
+    for pieces in (2, 3, 4):
+        got = decode_parallel(msgs, lsns, workers=2, pieces=pieces)
+        assert len(plan_cuts(msgs, pieces)) >= 1
+        assert_same(got, want, f"pieces={pieces}")
