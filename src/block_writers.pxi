@@ -17,6 +17,12 @@
 DEF NOGIL_MIN_VALUES = 512           # values (rows x columns) of a block that lets go of the GIL
 
 
+cdef inline bint block_drops_gil(Py_ssize_t i, Py_ssize_t j, int ncols) noexcept nogil:
+    """Whether a block of the rows i..j is large enough to pay for letting go of the GIL
+    (and taking it back)."""
+    return (j - i) * ncols >= NOGIL_MIN_VALUES
+
+
 cdef struct BlockDest:               # a relation version's typed builders (RelBuilders)
     Column **cols
     Column **before

@@ -23,6 +23,8 @@ cdef struct Buf:
     Py_ssize_t len
     Py_ssize_t cap
     Py_ssize_t hint        # bytes the previous export of this Buf held: first growth target
+    Py_ssize_t hw          # bytes of its block that may be resident from an earlier user
+                           # (what the cache counted the block at), else 0
 
 
 cdef struct Column
@@ -229,8 +231,17 @@ DEF CACHE_MIN_BLOCK = 1 << 16
 # A buffer of a cached size or more grows 4x at a time: each step copies what it holds
 # into another block (or moves its pages), and a 4x ladder copies a third of the final
 # size where doubling copies all of it. The room not written costs no memory (pages are
-# touched only when written; the rest is trimmed when the buffer is handed to Arrow).
+# touched only when written; a large block's rest is trimmed when it is handed to Arrow).
 DEF GROW_BIG = 4
+
+# Blocks under TRIM_MIN are handed over whole. Trimming one (mremap) unmaps the pages
+# past its bytes, and the next batch's buffers, which grow through other blocks of
+# the cache, fault them in again (zeroed by the kernel): trimming every block gave a
+# steady decode 2 to 4 times the page faults and cost it 3-8 % of its time, at 1 to 50
+# changes per transaction and at 100,000 (docs/performance.md). Such a block counts against the cache's
+# bound at the bytes its pages may hold (what it held when it came from the cache, when
+# more than what it holds now: Buf.hw).
+DEF TRIM_MIN = 8 << 20
 cdef void *_cache_ptr[CACHE_SLOTS]
 cdef Py_ssize_t _cache_size[CACHE_SLOTS]
 cdef Py_ssize_t _cache_cost[CACHE_SLOTS]   # what a block counts against the limit
@@ -243,8 +254,9 @@ cdef Py_ssize_t _fresh_bytes = 0          # memory (not from the cache): their s
 
 cdef void release_block(void *p, Py_ssize_t size, Py_ssize_t used) noexcept nogil:
     """Keep a block of `size` bytes for reuse (or free it past the cache's bound). used:
-    the bytes written in it, what it counts against the bound (its pages past them are
-    not resident: a block is trimmed to an eighth past its bytes when handed over)."""
+    what it counts against the bound, the bytes of it whose pages may be resident (what
+    was written in it, by its last user or an earlier one; a block trimmed when handed
+    over has no pages past its bytes and an eighth)."""
     global _cache_n, _cache_total
     cdef Py_ssize_t cost = (used + 4095) & ~<Py_ssize_t>4095
     if p == NULL:
@@ -265,17 +277,20 @@ cdef void release_block(void *p, Py_ssize_t size, Py_ssize_t used) noexcept nogi
         pgo_blk_free(p, <size_t>size)
 
 
-cdef void *acquire_block(Py_ssize_t need, Py_ssize_t want, Py_ssize_t *size) noexcept nogil:
+cdef void *acquire_block(Py_ssize_t need, Py_ssize_t want, Py_ssize_t *size,
+                         Py_ssize_t *cost) noexcept nogil:
     """A cached block for a buffer that needs `need` bytes and would grow to `want`: the
-    smallest of at least `want` (but not more than 4x: a buffer starting to grow would
-    take the block a big one needs later), else the largest of at least `need` (the
+    smallest of at least `want` (but not more than 4x, or TRIM_MIN: a buffer starting to
+    grow would take the block a big one needs later; blocks under TRIM_MIN are handed
+    over untrimmed, up to 4x what they hold), else the largest of at least `need` (the
     exact size a buffer of the previous batch was handed over with), or NULL."""
     global _cache_n, _cache_total
     cdef int i, best = -1, fit = -1
     cdef void *p
+    cdef Py_ssize_t most = 4 * want if 4 * want > TRIM_MIN else TRIM_MIN
     pgo_cache_lock()
     for i in range(_cache_n):
-        if _cache_size[i] >= want and _cache_size[i] <= 4 * want:
+        if _cache_size[i] >= want and _cache_size[i] <= most:
             if best < 0 or _cache_size[i] < _cache_size[best]:
                 best = i
         elif _cache_size[i] >= need and _cache_size[i] < want:
@@ -288,6 +303,7 @@ cdef void *acquire_block(Py_ssize_t need, Py_ssize_t want, Py_ssize_t *size) noe
         return NULL
     p = _cache_ptr[best]
     size[0] = _cache_size[best]
+    cost[0] = _cache_cost[best]
     _cache_total -= _cache_cost[best]
     _cache_n -= 1
     _cache_ptr[best] = _cache_ptr[_cache_n]
@@ -342,7 +358,7 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
     """
     global _fresh_blocks, _fresh_bytes
     cdef Py_ssize_t need = b.len + extra
-    cdef Py_ssize_t cap, want
+    cdef Py_ssize_t cap, want, cost
     cdef unsigned char *p
     if need <= b.cap:
         return 0
@@ -372,15 +388,16 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
             cap *= 2
         want = cap
     if cap >= CACHE_MIN_BLOCK:
-        p = <unsigned char *>acquire_block(need, want, &cap)
+        p = <unsigned char *>acquire_block(need, want, &cap, &cost)
         if p != NULL:
             if b.len:
                 memcpy(p, b.data, <size_t>b.len)
             # the block outgrown goes back to the cache too: the next batch's buffers
             # grow through the same sizes, into warm pages
-            release_block(b.data, b.cap, b.len)
+            release_block(b.data, b.cap, b.len if b.len > b.hw else b.hw)
             b.data = p
             b.cap = cap
+            b.hw = cost
             return 0
     cap = <Py_ssize_t>pgo_blk_round(<size_t>cap)
     p = <unsigned char *>pgo_blk_resize(b.data, <size_t>b.cap, <size_t>b.len, <size_t>cap)
@@ -453,6 +470,7 @@ cdef inline void buf_free(Buf *b) noexcept nogil:
     b.data = NULL
     b.len = 0
     b.cap = 0
+    b.hw = 0
 
 
 cdef inline int bit_set(Buf *b, Py_ssize_t i, bint value) noexcept nogil:
@@ -772,6 +790,7 @@ cdef class NativeBuffer:
     cdef unsigned char *ptr
     cdef Py_ssize_t size
     cdef Py_ssize_t cap           # the block's capacity (what it is freed with)
+    cdef Py_ssize_t resident      # of its bytes, those whose pages may be resident
     cdef Py_ssize_t shape[1]
     cdef bint uncached     # freed, not kept in the block cache (capture_loop.pxi)
 
@@ -779,7 +798,7 @@ cdef class NativeBuffer:
         if self.uncached:
             free(self.ptr)
         else:
-            release_block(self.ptr, self.cap, self.size)
+            release_block(self.ptr, self.cap, self.resident)
 
     def __getbuffer__(self, Py_buffer *view, int flags):
         view.buf = <void *>self.ptr
@@ -815,11 +834,11 @@ cdef object _take_buf(Buf *b, Py_ssize_t exact):
             raise MemoryError()
         b.data[0] = 0
         b.cap = 1
-    elif b.cap > exact + (exact >> 3) + 4096 and exact > 0:
-        # trimmed to its size and an eighth: the block goes back to the cache when
-        # Arrow lets go of it, and the next batch's buffer (which asks for this size)
-        # then has room to grow a little without moving to another block; the eighth's
-        # pages are not resident unless written
+    elif b.cap >= TRIM_MIN and b.cap > exact + (exact >> 3) + 4096 and exact > 0:
+        # a large block is trimmed to its size and an eighth: the block goes back to
+        # the cache when Arrow lets go of it, and the next batch's buffer (which asks
+        # for this size) then has room to grow a little without moving to another
+        # block; the eighth's pages are not resident unless written
         cap = <Py_ssize_t>pgo_blk_round(<size_t>(exact + (exact >> 3)))
         p = <unsigned char *>pgo_blk_resize(b.data, <size_t>b.cap, <size_t>exact, <size_t>cap)
         if p != NULL:
@@ -832,6 +851,9 @@ cdef object _take_buf(Buf *b, Py_ssize_t exact):
     nb.ptr = b.data
     nb.size = exact
     nb.cap = b.cap
+    # (a block under TRIM_MIN may hold pages an earlier user of it wrote past exact)
+    nb.resident = b.hw if b.hw > exact and b.cap < TRIM_MIN else exact
+    b.hw = 0
     b.data = NULL
     b.len = 0
     b.cap = 0

@@ -723,7 +723,7 @@ cdef class DecoderCore:
         cdef EvRel v
         cdef Py_ssize_t k
         ev_rel(&v, rb)
-        if (j - i) * v.ncols >= NOGIL_MIN_VALUES:
+        if block_drops_gil(i, j, v.ncols):
             with nogil:
                 k = ev_block(&self.ev, &v, &self.ctx, refs, i, j, nrefs, olds, xo)
         else:
@@ -742,7 +742,7 @@ cdef class DecoderCore:
         cdef Py_ssize_t k
         cdef bint mixed = olds == BLOCK_MIXED
         block_dest(&d, rb)
-        if (j - i) * d.ncols >= NOGIL_MIN_VALUES:
+        if block_drops_gil(i, j, d.ncols):
             with nogil:
                 if mixed:
                     k = cp_mixed_block(&d, &self.cp_scratch, &self.scratch, &self.ctx, refs, i, j, nrefs, xo)

@@ -1225,6 +1225,7 @@ def format_binary_values(column_type, values):
     out.len = 0
     out.cap = 0
     out.hint = 0
+    out.hw = 0
     ct[0] = column_type.kind
     ct[1] = column_type.precision
     ct[2] = column_type.scale

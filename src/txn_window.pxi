@@ -105,7 +105,7 @@ cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
     worth gathering (then *skip_until is set past what the usual path should take
     first: this Begin, or the whole window when it failed to decode)."""
     cdef Py_ssize_t k = i, nch = 0, ntx = 0, ngroups = 0
-    cdef Py_ssize_t r, g, n, base, idx, a, b, a0
+    cdef Py_ssize_t r, g, n, idx, a, a0
     cdef WinScan ws
     cdef Py_ssize_t off[WIN_MAX_GROUPS + 1]
     cdef WinTxn *txns

@@ -935,7 +935,7 @@ def _inline_stream(draw):
     return msgs, lsns
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stream=_inline_stream(), events=st.booleans())
 def test_inline_values_and_timestamp_memo_parity(stream, events):
     """Native (inline paths, memo) == reference, value for value and error for error, with
