@@ -16,10 +16,17 @@ timed after three untimed runs of the same call (the block cache then holds what
 call's buffers need: see docs/performance.md). The same-run ratio ``cores`` vs
 ``one`` is the speed-up; the notes give it against N.
 
+``test_parallel_interleaved`` runs the two alternately, one call of each per round, and
+gives each one's median: a host that slows down for a while (the development VM does,
+by 2x at times) then slows both alike, where the two separate benchmarks can land on
+either side of it.
+
     pytest benchmarks/bench_parallel.py --benchmark-only
 """
 
 import os
+import statistics
+import time
 
 import pytest
 
@@ -60,3 +67,33 @@ def test_parallel(benchmark, workload, mode, output, how):
             speedup = RESULTS[base]["median"] / RESULTS[name]["median"]
             NOTES.append(f"{name:40s} {nbytes / RESULTS[name]['median'] / 1e9:5.2f} GB/s on {WORKERS} cores, "
                          f"{speedup:.2f}x one core ({speedup / WORKERS:.2f} x N)")
+
+
+@pytest.mark.parametrize("output", list(OUTPUTS))
+@pytest.mark.parametrize("workload,mode", WORKLOADS)
+@pytest.mark.benchmark(group="parallel-interleaved")
+def test_parallel_interleaved(benchmark, workload, mode, output):
+    """One Decoder and decode_parallel alternating, round by round: the benchmark times
+    the pair, the note gives each one's median and the speed-up."""
+    lsns, msgs, nbytes = corpus_data(workload, mode)
+    kw = OUTPUTS[output]
+    calls = {"one": lambda: Decoder(**kw).feed(msgs, lsns),
+             "cores": lambda: decode_parallel(msgs, lsns, workers=WORKERS, **kw)}
+    times: dict = {how: [] for how in calls}
+
+    def pair():
+        for how, call in calls.items():
+            t = time.perf_counter()
+            cs = call()
+            times[how].append(time.perf_counter() - t)
+            del cs                                 # (dropped before the next: the cache)
+    for _ in range(3):
+        pair()                                     # (untimed: the block cache warms)
+    for v in times.values():
+        v.clear()
+    benchmark.pedantic(pair, rounds=7, iterations=1)
+    one, cores = statistics.median(times["one"]), statistics.median(times["cores"])
+    name = f"parallel-interleaved/{output}/{workload}/{mode}"
+    record(benchmark, name, bytes=2 * nbytes)
+    NOTES.append(f"{name:44s} one {one * 1e3:7.1f} ms, {WORKERS} cores {cores * 1e3:7.1f} ms: "
+                 f"{one / cores:.2f}x one core ({one / cores / WORKERS:.2f} x N)")
