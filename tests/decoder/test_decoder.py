@@ -216,6 +216,37 @@ def test_change_event_buffers_come_from_the_cache_after_a_workload_switch():
         assert fresh() - before == 0
 
 
+@pytest.mark.skipif(not NATIVE, reason="the native block cache")
+@pytest.mark.parametrize("events", [False, True], ids=["typed", "both"])
+def test_small_transactions_steady_state_takes_no_fresh_blocks(events):
+    """A stream of small transactions (1 to 60 changes of two tables), each batch decoded
+    by a new Decoder and its output dropped before the next, as a replay of segments
+    does: from the fourth batch on, at most two buffers of 64 KiB or more per batch get
+    memory not from the cache (0 to 2: a new Decoder's buffer growing past 1 MiB may
+    find the block it would take taken by a smaller one). With every block trimmed when
+    handed to Arrow, 5 to 10 did, each a run of page faults on fresh pages."""
+    import random
+
+    from pgoutput_fast import _native
+
+    rnd = random.Random(5)
+    first = rel_orders()
+    msgs = [first, Relation(16385, "public", "orders2", "d", first.columns)]
+    for x in range(4000):
+        body = [ins(x * 100 + k, "n" * rnd.randrange(0, 40), k, relid=ORDERS if rnd.random() < 0.7 else 16385)
+                for k in range(rnd.randrange(1, 60))]
+        msgs += txn(1000 + x, 0x10000 + x * 1000, *body)
+    raw = pa.array(enc(*msgs), pa.binary())
+    fresh = []
+    for _ in range(8):
+        before = _native.buffer_cache_info()["fresh_blocks"]
+        cs = Decoder(events=events).feed(raw)
+        assert cs.num_changes == len(msgs) - 2 - 2 * 4000
+        del cs
+        fresh.append(_native.buffer_cache_info()["fresh_blocks"] - before)
+    assert max(fresh[3:]) <= 2, fresh
+
+
 def test_begin_commit_rows_and_metadata():
     msgs = [rel_orders()] + txn(
         700, 0x5000, ins(1, "a", 10),
