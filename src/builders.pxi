@@ -237,10 +237,10 @@ DEF GROW_BIG = 4
 # Blocks under TRIM_MIN are handed over whole. Trimming one (mremap) unmaps the pages
 # past its bytes, and the next batch's buffers, which grow through other blocks of
 # the cache, fault them in again (zeroed by the kernel): trimming every block gave a
-# steady decode 2 to 4 times the page faults and cost it 3-8 % of its time, at 1 to 50
-# changes per transaction and at 100,000 (docs/performance.md). Such a block counts against the cache's
-# bound at the bytes its pages may hold (what it held when it came from the cache, when
-# more than what it holds now: Buf.hw).
+# steady decode of transactions of 1 to 50 changes 2 to 4 times the page faults, and
+# 3-26 % of the time in 11 of 12 oltp cells of benchmarks/ab.py (docs/performance.md).
+# Such a block counts against the cache's bound at the bytes its pages may hold (what
+# it held when it came from the cache, when more than what it holds now: Buf.hw).
 DEF TRIM_MIN = 8 << 20
 cdef void *_cache_ptr[CACHE_SLOTS]
 cdef Py_ssize_t _cache_size[CACHE_SLOTS]
