@@ -42,19 +42,20 @@ WORKLOADS = [(w, m) for w in ("oltp1", "oltp50", "narrow") for m in ("text", "bi
 OUTPUTS = {"typed": dict(events=False), "both": {}}
 
 
+def _call(how, msgs, lsns, kw):
+    """The call a benchmark times: one Decoder, or decode_parallel on WORKERS threads."""
+    if how == "one":
+        return lambda: Decoder(**kw).feed(msgs, lsns)
+    return lambda: decode_parallel(msgs, lsns, workers=WORKERS, **kw)
+
+
 @pytest.mark.parametrize("how", ["one", "cores"])            # (varies fastest: the two in a row)
 @pytest.mark.parametrize("output", list(OUTPUTS))
 @pytest.mark.parametrize("workload,mode", WORKLOADS)
 @pytest.mark.benchmark(group="parallel")
 def test_parallel(benchmark, workload, mode, output, how):
     lsns, msgs, nbytes = corpus_data(workload, mode)
-    kw = OUTPUTS[output]
-    if how == "one":
-        def run():
-            return Decoder(**kw).feed(msgs, lsns)
-    else:
-        def run():
-            return decode_parallel(msgs, lsns, workers=WORKERS, **kw)
+    run = _call(how, msgs, lsns, OUTPUTS[output])
     for _ in range(3):
         run()                                   # (untimed: the block cache warms)
     cs = benchmark.pedantic(run, rounds=5, iterations=1)
@@ -76,9 +77,7 @@ def test_parallel_interleaved(benchmark, workload, mode, output):
     """One Decoder and decode_parallel alternating, round by round: the benchmark times
     the pair, the note gives each one's median and the speed-up."""
     lsns, msgs, nbytes = corpus_data(workload, mode)
-    kw = OUTPUTS[output]
-    calls = {"one": lambda: Decoder(**kw).feed(msgs, lsns),
-             "cores": lambda: decode_parallel(msgs, lsns, workers=WORKERS, **kw)}
+    calls = {how: _call(how, msgs, lsns, OUTPUTS[output]) for how in ("one", "cores")}
     times: dict = {how: [] for how in calls}
 
     def pair():

@@ -218,7 +218,7 @@ def test_change_event_buffers_come_from_the_cache_after_a_workload_switch():
 
 @pytest.mark.skipif(not NATIVE, reason="the native block cache")
 @pytest.mark.parametrize("events", [False, True], ids=["typed", "both"])
-def test_small_transactions_steady_state_takes_no_fresh_blocks(events):
+def test_small_transactions_steady_state_takes_few_fresh_blocks(events):
     """A stream of small transactions (1 to 60 changes of two tables), each batch decoded
     by a new Decoder and its output dropped before the next, as a replay of segments
     does: from the fourth batch on, at most two buffers of 64 KiB or more per batch get
