@@ -250,6 +250,7 @@ cdef Py_ssize_t _cache_total = 0
 cdef Py_ssize_t _cache_limit = 256 << 20
 cdef Py_ssize_t _fresh_blocks = 0         # buffers of CACHE_MIN_BLOCK or more given fresh
 cdef Py_ssize_t _fresh_bytes = 0          # memory (not from the cache): their sizes
+cdef Py_ssize_t _grown_bytes = 0          # bytes copied by buffers growing into another block
 
 
 cdef void release_block(void *p, Py_ssize_t size, Py_ssize_t used) noexcept nogil:
@@ -341,10 +342,13 @@ def set_buffer_cache_limit(Py_ssize_t nbytes):
 def buffer_cache_info():
     """The cache's blocks and the bytes they count against its limit; fresh_blocks and
     fresh_bytes: how many output buffers of 64 KiB or more were given memory not from
-    the cache since the process started, and its size (a steady state adds none)."""
+    the cache since the process started, and its size (a steady state adds none);
+    grown_bytes: the bytes buffers copied when they grew into another block of the
+    cache (a buffer started at its last hand-over size copies none)."""
     pgo_cache_lock()
     info = {"blocks": _cache_n, "bytes": _cache_total, "limit": _cache_limit,
-            "fresh_blocks": _fresh_blocks, "fresh_bytes": _fresh_bytes}
+            "fresh_blocks": _fresh_blocks, "fresh_bytes": _fresh_bytes,
+            "grown_bytes": _grown_bytes}
     pgo_cache_unlock()
     return info
 
@@ -356,7 +360,7 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
     touched, so growing ahead (2x, 4x past CACHE_MIN_BLOCK) costs no more than the memory
     actually written.
     """
-    global _fresh_blocks, _fresh_bytes
+    global _fresh_blocks, _fresh_bytes, _grown_bytes
     cdef Py_ssize_t need = b.len + extra
     cdef Py_ssize_t cap, want, cost
     cdef unsigned char *p
@@ -392,6 +396,9 @@ cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
         if p != NULL:
             if b.len:
                 memcpy(p, b.data, <size_t>b.len)
+                pgo_cache_lock()
+                _grown_bytes += b.len
+                pgo_cache_unlock()
             # the block outgrown goes back to the cache too: the next batch's buffers
             # grow through the same sizes, into warm pages
             release_block(b.data, b.cap, b.len if b.len > b.hw else b.hw)
