@@ -66,6 +66,7 @@ cdef class DecoderCore:
     # transaction state
     cdef int state
     cdef Ctx ctx
+    cdef Py_ssize_t feed_bytes      # the bytes of the messages of the last feed (MessageBatch)
     cdef list txn_messages          # transactional logical messages of the open B..C
     cdef list out_messages          # logical messages ready for the ChangeSet
     cdef dict streams               # top-level xid -> Spool
@@ -151,6 +152,7 @@ cdef class DecoderCore:
         if rb is None:
             rb = RelBuilders.__new__(RelBuilders)
             rb.init(version, len(self.rb_all), [self._name_id(c.name) for c in version.columns])
+            rb.hints_take(self.feed_bytes)
             self.rb_all.append(rb)
             self.rb_by_version[key] = rb
         self.rb_current[version.relid] = rb

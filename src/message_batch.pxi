@@ -8,6 +8,7 @@ cdef class MessageBatch:
     """
     cdef MsgRef *refs
     cdef Py_ssize_t n
+    cdef Py_ssize_t nbytes          # the messages' bytes (what a new relation's size hints scale by)
     cdef Buf mem                    # holds refs: a block of the shared cache (warm pages)
     cdef list owners
 
@@ -79,6 +80,7 @@ cdef class MessageBatch:
             self.refs[self.n].p = <const unsigned char *>PyBytes_AS_STRING(m)
             self.refs[self.n].n = PyBytes_GET_SIZE(m)
             self.refs[self.n].lsn = 0
+            self.nbytes += self.refs[self.n].n
             self.n += 1
         if arr is not None:
             if arr.shape[0] != self.n - start:
@@ -117,6 +119,7 @@ cdef class MessageBatch:
                     r[i].p = data + off64[i]
                     r[i].n = off64[i + 1] - off64[i]
                     r[i].lsn = lsns[i] if lsns != NULL else 0
+            self.nbytes += off64[count] - off64[0]
         else:
             off32 = <const int32_t *><size_t>bufs[1].address
             off32 += <Py_ssize_t>messages.offset
@@ -125,6 +128,7 @@ cdef class MessageBatch:
                     r[i].p = data + off32[i]
                     r[i].n = off32[i + 1] - off32[i]
                     r[i].lsn = lsns[i] if lsns != NULL else 0
+            self.nbytes += off32[count] - off32[0]
         self.n += count
         return 0
 
@@ -132,6 +136,7 @@ cdef class MessageBatch:
         return self.n
 
     def feed_into(self, DecoderCore core):
+        core.feed_bytes = self.nbytes
         core.feed(self, self.n, <size_t>self.refs)
 
 

@@ -23,15 +23,21 @@ cdef Py_ssize_t col_nbytes(const Column *c) noexcept nogil:
 # again cost 8-15 % of a typed decode of small transactions against a Decoder kept
 # from batch to batch. Keyed by relid and column count, one relation per slot (a
 # relation that lands on a taken slot replaces it): a hint is only a first growth
-# target, so a stale or foreign one costs a block size, never a wrong row. Read and
+# target, so a stale or foreign one costs a block size, never a wrong row. The sizes
+# are kept with the bytes of the feed that wrote them, and a smaller feed asks for its
+# share (the pieces of decode_parallel, which alternate with whole-stream Decoders in a
+# benchmark, took the whole stream's blocks and left each other to grow). Read and
 # written with the GIL held (RelBuilders are made and exported under it).
 DEF REL_HINT_SLOTS = 256
 DEF REL_HINT_FIXED = 9               # the metadata's 7 buffers, before_rows, before_kind
+DEF REL_HINT_MIN_FEED = 1 << 20      # a kept feed of this many bytes or more scales up
+DEF REL_HINT_MAX_UP = 8.0            # by at most this much
 
 
 cdef struct RelHint:
     uint32_t relid
     int ncols
+    Py_ssize_t feed_bytes                # the bytes of the feed whose rows they held (0: unknown)
     Py_ssize_t *sizes                    # REL_HINT_FIXED + 6 * ncols (rel_hint_bufs' order)
 
 
@@ -69,22 +75,36 @@ cdef int rel_hint_bufs(Meta *m, Buf *before_rows, Buf *before_kind, Column **col
     return at
 
 
-cdef const Py_ssize_t *rel_hint_find(uint32_t relid, int ncols) noexcept nogil:
+cdef const RelHint *rel_hint_find(uint32_t relid, int ncols) noexcept nogil:
     cdef RelHint *h = &_rel_hint[relid % REL_HINT_SLOTS]
     if not g_rel_hints or h.sizes == NULL or h.relid != relid or h.ncols != ncols:
         return NULL
-    return h.sizes
+    return h
 
 
-cdef void rel_hint_apply(Buf **bufs, int n, int lo, const Py_ssize_t *sizes) noexcept nogil:
-    """Start the empty buffers bufs[lo..n) at the sizes kept (those without a hint)."""
+cdef void rel_hint_apply(Buf **bufs, int n, int lo, const RelHint *h,
+                         Py_ssize_t feed_bytes) noexcept nogil:
+    """Start the empty buffers bufs[lo..n) (those without a hint) at the sizes kept,
+    scaled by feed_bytes / the bytes of the feed they were kept from: a piece of
+    decode_parallel, or a small batch after a large one, asks for its share; a larger
+    feed asks for up to REL_HINT_MAX_UP times more, when the feed kept was large enough
+    to say how the relation's rows grow with the stream (REL_HINT_MIN_FEED)."""
     cdef int i
+    cdef double scale = 1.0
+    cdef Py_ssize_t size
+    if feed_bytes > 0 and h.feed_bytes > 0:
+        scale = <double>feed_bytes / <double>h.feed_bytes
+        if scale > 1.0:
+            scale = 1.0 if h.feed_bytes < REL_HINT_MIN_FEED else min(scale, REL_HINT_MAX_UP)
     for i in range(lo, n):
         if bufs[i] != NULL and bufs[i].hint == 0:
-            bufs[i].hint = sizes[i]
+            size = <Py_ssize_t>(<double>h.sizes[i] * scale)
+            if size >= 4096:                     # (smaller: the usual growth is as good)
+                bufs[i].hint = size
 
 
-cdef void rel_hint_keep(uint32_t relid, int ncols, Buf **bufs, int n) noexcept nogil:
+cdef void rel_hint_keep(uint32_t relid, int ncols, Buf **bufs, int n,
+                        Py_ssize_t feed_bytes) noexcept nogil:
     """Remember a relation's hand-over sizes (its Buf hints) for the next Decoder."""
     cdef RelHint *h = &_rel_hint[relid % REL_HINT_SLOTS]
     cdef Py_ssize_t *sizes
@@ -100,6 +120,7 @@ cdef void rel_hint_keep(uint32_t relid, int ncols, Buf **bufs, int n) noexcept n
     for i in range(n):
         if bufs[i] != NULL and bufs[i].hint:
             h.sizes[i] = bufs[i].hint
+    h.feed_bytes = feed_bytes
 
 @cython.final
 cdef class RelBuilders:
@@ -128,6 +149,7 @@ cdef class RelBuilders:
     cdef bint dirty                    # touched by the open transaction
     cdef bint fixed_types              # every column's Arrow type is known up front (none
                                        # waits on whether a value comes in binary)
+    cdef Py_ssize_t hint_feed          # the bytes of the feed these builders were made in
 
     def __dealloc__(self):
         cdef int i
@@ -200,7 +222,6 @@ cdef class RelBuilders:
             self.name_ids[i] = name_ids[i]
             self.is_key[i] = version.columns[i].flags & 1
         self.cols = self._alloc_cols()
-        self._hints_take(False)
         self.specials = []
         self.fixed_types = all(ct.arrow_type(False) == ct.arrow_type(True) for ct in self.col_types)
         return 0
@@ -284,34 +305,42 @@ cdef class RelBuilders:
     cdef int ensure_before(self) except -1:
         if self.before == NULL:
             self.before = self._alloc_cols()
-            self._hints_take(True)
+            self._hints_apply(True)
         return 0
 
-    cdef void _hints_take(self, bint before) noexcept:
-        """Start the empty buffers (the old images' only, when `before`) at the sizes
-        this relation's builders were last handed over with in this process."""
+    cdef void hints_take(self, Py_ssize_t feed_bytes) noexcept:
+        """Start the empty buffers at the sizes this relation's builders were last
+        handed over with in this process, scaled from the bytes of the feed that wrote
+        them to feed_bytes (the feed these builders are made in)."""
+        self.hint_feed = feed_bytes
+        self._hints_apply(False)
+
+    cdef void _hints_apply(self, bint before) noexcept:
+        """hints_take's sizes, for the old images' buffers only when `before`."""
         cdef Buf **bufs
-        cdef const Py_ssize_t *sizes = rel_hint_find(self.relid, self.ncols)
+        cdef const RelHint *h = rel_hint_find(self.relid, self.ncols)
         cdef int n
-        if sizes == NULL:
+        if h == NULL:
             return
         bufs = <Buf **>malloc(sizeof(Buf *) * (REL_HINT_FIXED + 6 * self.ncols))
         if bufs == NULL:
             return                               # (only a hint)
         n = rel_hint_bufs(&self.meta, &self.before_rows, &self.before_kind, self.cols,
                           self.before, self.ncols, bufs)
-        rel_hint_apply(bufs, n, REL_HINT_FIXED + 3 * self.ncols if before else 0, sizes)
+        rel_hint_apply(bufs, n, REL_HINT_FIXED + 3 * self.ncols if before else 0, h,
+                       self.hint_feed)
         free(bufs)
 
-    cdef void _hints_keep(self) noexcept:
-        """Remember the hand-over sizes of this relation's buffers for the next Decoder."""
+    cdef void _hints_keep(self, Py_ssize_t feed_bytes) noexcept:
+        """Remember the hand-over sizes of this relation's buffers for the next Decoder,
+        with the bytes of the feed they were written by."""
         cdef Buf **bufs = <Buf **>malloc(sizeof(Buf *) * (REL_HINT_FIXED + 6 * self.ncols))
         cdef int n
         if bufs == NULL:
             return
         n = rel_hint_bufs(&self.meta, &self.before_rows, &self.before_kind, self.cols,
                           self.before, self.ncols, bufs)
-        rel_hint_keep(self.relid, self.ncols, bufs, n)
+        rel_hint_keep(self.relid, self.ncols, bufs, n, feed_bytes)
         free(bufs)
 
     cdef void rollback(self) noexcept:
@@ -496,7 +525,7 @@ cdef class RelBuilders:
         self.specials = []
         self.committed = 0
         self.committed_before = 0
-        self._hints_keep()
+        self._hints_keep(core.feed_bytes)
         v = self.version
         md = {b"pgoutput_fast.relid": str(v.relid).encode(),
               b"pgoutput_fast.version": str(v.version).encode(),

@@ -289,6 +289,49 @@ def test_a_new_decoder_starts_typed_buffers_at_the_last_hand_over_sizes():
     assert min(off[2:]) > held // 40, (off, held)           # (the test can fail: copies without hints)
     assert max(on[2:]) * 20 < min(off[2:]), (on, off)
 
+
+def test_typed_size_hints_scale_with_the_bytes_of_the_feed():
+    """The kept sizes go with the bytes of the feed that wrote them: a new Decoder fed
+    four times as much starts its buffers at four times the sizes (no growth through
+    copies), where the sizes as kept would have it grow as a Decoder without hints
+    does."""
+    import random
+
+    from pgoutput_fast import _native
+
+    def stream(ntx, seed):
+        rnd = random.Random(seed)
+        first = rel_orders()
+        msgs = [first, Relation(16385, "public", "orders2", "d", first.columns)]
+        for x in range(ntx):
+            body = [ins(x * 100 + k, "n" * rnd.randrange(0, 40), k, relid=ORDERS if rnd.random() < 0.7 else 16385)
+                    for k in range(rnd.randrange(1, 60))]
+            msgs += txn(1000 + x, 0x10000 + x * 1000, *body)
+        return pa.array(enc(*msgs), pa.binary())
+
+    small, large = stream(1000, 3), stream(4000, 4)
+    assert len(small.buffers()[2]) >= 1 << 20                 # (what scaling up asks of the kept feed)
+
+    def grown(hints):
+        was = _native._set_rel_hints(hints)
+        try:
+            out = []
+            for _ in range(3):
+                cs = Decoder(events=False).feed(small)
+                del cs
+                before = _native.buffer_cache_info()["grown_bytes"]
+                cs = Decoder(events=False).feed(large)
+                out.append(_native.buffer_cache_info()["grown_bytes"] - before)
+                del cs
+            return out
+        finally:
+            _native._set_rel_hints(was)
+
+    off = grown(False)
+    on = grown(True)
+    assert min(off[1:]) > 0, off
+    assert max(on[1:]) * 20 < min(off[1:]), (on, off)
+
 def test_begin_commit_rows_and_metadata():
     msgs = [rel_orders()] + txn(
         700, 0x5000, ins(1, "a", 10),
