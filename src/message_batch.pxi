@@ -163,6 +163,9 @@ cdef object _np_from_pa_lsn(object arr):
     return out
 
 
+DEF SCAN_PREFETCH = 16               # messages _message_scan reads ahead
+
+
 def _message_scan(offsets, data, Py_ssize_t first, Py_ssize_t n, bint large, Py_ssize_t depth=0):
     """One pass over the type bytes of messages first..first+n of a binary (large:
     large_binary) array, from its offsets and data buffers: (types, rest, depth, simple).
@@ -203,11 +206,20 @@ def _message_scan(offsets, data, Py_ssize_t first, Py_ssize_t n, bint large, Py_
                 memcpy(&b8, o + 8 * k + 8, 8)
                 a = <Py_ssize_t>a8
                 b = <Py_ssize_t>b8
+                if k + SCAN_PREFETCH < n:
+                    # (each message's first byte is a miss: ask for the one ahead)
+                    memcpy(&a8, o + 8 * (k + SCAN_PREFETCH), 8)
+                    if 0 <= a8 < size:
+                        pgo_prefetch(d + a8)
             else:
                 memcpy(&a4, o + 4 * k, 4)
                 memcpy(&b4, o + 4 * k + 4, 4)
                 a = a4
                 b = b4
+                if k + SCAN_PREFETCH < n:
+                    memcpy(&a4, o + 4 * (k + SCAN_PREFETCH), 4)
+                    if 0 <= a4 < size:
+                        pgo_prefetch(d + a4)
             t = d[a] if b > a and 0 <= a < size else 0
             tp[k] = t
             if t == MSG_BEGIN:

@@ -16,12 +16,15 @@ cdef extern from *:
     #define PGO_UNIX_EPOCH_US 946684800000000LL
     #if defined(__GNUC__) || defined(__clang__)
     #  define pgo_prefetch(p) __builtin_prefetch((const void *)(p))
+    #  define pgo_compiler_barrier() __asm__ __volatile__("" ::: "memory")
     #else
     #  define pgo_prefetch(p) ((void)0)
+    #  define pgo_compiler_barrier() ((void)0)
     #endif
     """
     int64_t PGO_UNIX_EPOCH_US
     void pgo_prefetch(const void *p) nogil
+    void pgo_compiler_barrier() nogil
 
 cdef enum TxnState:
     ST_NONE = 0
@@ -58,8 +61,6 @@ cdef struct Ctx:
     int64_t seq
     int32_t origin          # index into DecoderCore.origins, -1 = none
     int32_t snapshot        # a Begin with xid 0 (the initial snapshot's): inserts are 'r'
-    int32_t txn_meta_later  # a window's rows: commit LSN, time, xid and seq are set per row
-                            # afterwards (window_meta), so meta_put_run leaves them
 
 
 cdef inline char insert_op(const Ctx *ctx) noexcept nogil:
@@ -111,34 +112,6 @@ cdef inline void meta_put(Meta *m, uint64_t lsn, Ctx *ctx, char op) noexcept nog
     m.rows += 1
 
 
-cdef inline void meta_put_tail(Meta *m, const MsgRef *refs, Py_ssize_t n, Ctx *ctx,
-                               char op) noexcept nogil:
-    """meta_put_run's op and origin columns, every column's length advanced (the
-    others' values are set per row by window_meta)."""
-    cdef Py_ssize_t r
-    cdef int32_t origin = ctx.origin
-    cdef unsigned char ins = <unsigned char>insert_op(ctx)
-    cdef unsigned char *d = m.op.data + m.op.len
-    if op:
-        memset(d, op, <size_t>n)
-    else:
-        for r in range(n):
-            d[r] = (ins if refs[r].p[0] == MSG_INSERT
-                    else 117 if refs[r].p[0] == MSG_UPDATE else 100)   # 'c' (or 'r') / 'u' / 'd'
-    d = m.origin.data + m.origin.len
-    for r in range(n):
-        memcpy(d + 4 * r, &origin, 4)
-    m.lsn.len += 8 * n
-    m.commit_lsn.len += 8 * n
-    m.commit_ts.len += 8 * n
-    m.xid.len += 8 * n
-    m.seq.len += 8 * n
-    m.op.len += n
-    m.origin.len += 4 * n
-    m.rows += n
-    ctx.seq += n
-
-
 cdef inline void meta_put_run(Meta *m, const MsgRef *refs, Py_ssize_t n, Ctx *ctx,
                               char op) noexcept nogil:
     """meta_put of refs[0..n) into room that meta_reserve made, one column at a time (the
@@ -153,9 +126,6 @@ cdef inline void meta_put_run(Meta *m, const MsgRef *refs, Py_ssize_t n, Ctx *ct
     for r in range(n):
         v = <int64_t>refs[r].lsn
         memcpy(d + 8 * r, &v, 8)
-    if ctx.txn_meta_later:
-        meta_put_tail(m, refs, n, ctx, op)
-        return
     d = m.commit_lsn.data + m.commit_lsn.len
     for r in range(n):
         memcpy(d + 8 * r, &commit_lsn, 8)
@@ -413,12 +383,22 @@ cdef object _iota32(Py_ssize_t count):
     return _iota_buffer.slice(0, 4 * count)
 
 
+cdef Py_ssize_t _count_zeros64(const int64_t *v, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i, zeros = 0
+    for i in range(n):
+        zeros += v[i] == 0
+    return zeros
+
+
 cdef object _lsn_validity(const int64_t *lsn, Py_ssize_t n, Py_ssize_t *nulls):
     """Validity bitmap of the lsn column (0 = unknown = null), or None when all are known."""
     cdef Buf b
-    cdef Py_ssize_t i, zeros = 0
-    for i in range(n):
-        zeros += lsn[i] == 0
+    cdef Py_ssize_t i, zeros
+    if n >= 1 << 16:                     # (the pieces of decode_parallel export at once)
+        with nogil:
+            zeros = _count_zeros64(lsn, n)
+    else:
+        zeros = _count_zeros64(lsn, n)
     nulls[0] = zeros
     if zeros == 0:
         return None

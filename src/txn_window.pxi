@@ -211,7 +211,6 @@ cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
                 wg[g].base = rb.meta.rows
             self.ctx.snapshot = 0
             self.ctx.origin = -1
-            self.ctx.txn_meta_later = 1          # (window_meta sets them below, per row)
             if nch >= WIN_NOGIL_CHANGES:
                 with nogil:
                     rc = window_typed(wg, ngroups, refs, txns, grp, chg_at, rows, nch, grefs, off,
@@ -238,7 +237,6 @@ cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
     except DecodeError:
         pass
     finally:
-        self.ctx.txn_meta_later = 0
         if not ok:
             self._rollback_open()
             self.ctx.seq = 0

@@ -560,16 +560,52 @@ cdef int _spread_validity(Buf *out, const unsigned char *src_valid, const int32_
     return 0
 
 
+DEF SPREAD_NOGIL_ROWS = 1 << 16     # a spread of this many rows lets go of the GIL
+
+
+cdef void _spread_offsets(int32_t *off, const int32_t *src_off, const int32_t *rows,
+                          Py_ssize_t m, Py_ssize_t n) noexcept nogil:
+    """n + 1 offsets: row rows[j] spans dense row j's bytes, every other row none."""
+    cdef Py_ssize_t r, j = 0
+    cdef int32_t cur = src_off[0]
+    for r in range(n):
+        off[r] = cur
+        if j < m and rows[j] == r:
+            cur = src_off[j + 1]
+            j += 1
+    off[n] = cur
+
+
+cdef void _spread_fixed(unsigned char *out, const unsigned char *src, const int32_t *rows,
+                        Py_ssize_t m, Py_ssize_t n, Py_ssize_t w) noexcept nogil:
+    """n values of w bytes: dense value j at row rows[j], zeros elsewhere."""
+    cdef Py_ssize_t j
+    memset(out, 0, <size_t>(n * w))
+    if w == 8:
+        for j in range(m):
+            memcpy(out + <Py_ssize_t>rows[j] * 8, src + j * 8, 8)
+    elif w == 4:
+        for j in range(m):
+            memcpy(out + <Py_ssize_t>rows[j] * 4, src + j * 4, 4)
+    elif w == 16:
+        for j in range(m):
+            memcpy(out + <Py_ssize_t>rows[j] * 16, src + j * 16, 16)
+    else:
+        for j in range(m):
+            memcpy(out + <Py_ssize_t>rows[j] * w, src + j * w, <size_t>w)
+
+
 cdef object _spread(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t n):
     """The n-row array with dense[j] at row rows[j] and nulls elsewhere; None for a
-    layout not handled here (the caller takes the general path)."""
+    layout not handled here (the caller takes the general path). A large one is
+    written without the GIL (the pieces of decode_parallel export at the same time)."""
     cdef Buf valid, data, offs
-    cdef Py_ssize_t count = 0, j, r, w
+    cdef Py_ssize_t count = 0, j, w
     cdef const unsigned char *src_valid = NULL
     cdef const unsigned char *src
     cdef const int32_t *src_off
-    cdef int32_t *off
-    cdef int32_t cur
+    cdef int rc
+    cdef bint big = n >= SPREAD_NOGIL_ROWS
     t = dense.type
     if dense.offset != 0 or len(dense) != m:
         return None
@@ -580,11 +616,21 @@ cdef object _spread(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t 
     if bufs[0] is not None and dense.null_count:
         src_valid = <const unsigned char *><size_t>bufs[0].address
     try:
-        if _spread_validity(&valid, src_valid, rows, m, n, &count) < 0:
+        if big:
+            with nogil:
+                rc = _spread_validity(&valid, src_valid, rows, m, n, &count)
+        else:
+            rc = _spread_validity(&valid, src_valid, rows, m, n, &count)
+        if rc < 0:
             raise MemoryError()
         if pa.types.is_boolean(t):
             src = <const unsigned char *><size_t>bufs[1].address
-            if _spread_validity(&data, src, rows, m, n, &j) < 0:    # the value bits, spread
+            if big:
+                with nogil:
+                    rc = _spread_validity(&data, src, rows, m, n, &j)    # the value bits, spread
+            else:
+                rc = _spread_validity(&data, src, rows, m, n, &j)
+            if rc < 0:
                 raise MemoryError()
             values = [_take_buf(&data, (n + 7) >> 3)]
             children = None
@@ -593,15 +639,11 @@ cdef object _spread(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t 
             src_off = <const int32_t *><size_t>bufs[1].address
             if buf_reserve_exact(&offs, 4 * (n + 1)) < 0:
                 raise MemoryError()
-            off = <int32_t *>offs.data
-            cur = src_off[0]
-            j = 0
-            for r in range(n):
-                off[r] = cur
-                if j < m and rows[j] == r:
-                    cur = src_off[j + 1]
-                    j += 1
-            off[n] = cur
+            if big:
+                with nogil:
+                    _spread_offsets(<int32_t *>offs.data, src_off, rows, m, n)
+            else:
+                _spread_offsets(<int32_t *>offs.data, src_off, rows, m, n)
             offs.len = 4 * (n + 1)
             if pa.types.is_list(t):
                 values = [_take_buf(&offs, 4 * (n + 1))]
@@ -622,19 +664,11 @@ cdef object _spread(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t 
             src = <const unsigned char *><size_t>bufs[1].address
             if buf_reserve_exact(&data, n * w) < 0:
                 raise MemoryError()
-            memset(data.data, 0, <size_t>(n * w))
-            if w == 8:
-                for j in range(m):
-                    memcpy(data.data + <Py_ssize_t>rows[j] * 8, src + j * 8, 8)
-            elif w == 4:
-                for j in range(m):
-                    memcpy(data.data + <Py_ssize_t>rows[j] * 4, src + j * 4, 4)
-            elif w == 16:
-                for j in range(m):
-                    memcpy(data.data + <Py_ssize_t>rows[j] * 16, src + j * 16, 16)
+            if big:
+                with nogil:
+                    _spread_fixed(data.data, src, rows, m, n, w)
             else:
-                for j in range(m):
-                    memcpy(data.data + <Py_ssize_t>rows[j] * w, src + j * w, <size_t>w)
+                _spread_fixed(data.data, src, rows, m, n, w)
             data.len = n * w
             values = [_take_buf(&data, n * w)]
             children = None
@@ -664,9 +698,15 @@ cdef object _spread_struct(object dense, const int32_t *rows, Py_ssize_t m, Py_s
         if spread is None:
             return None
         children.append(spread)
+    cdef int rc
     memset(&valid, 0, sizeof(Buf))
     try:
-        if _spread_validity(&valid, NULL, rows, m, n, &count) < 0:
+        if n >= SPREAD_NOGIL_ROWS:
+            with nogil:
+                rc = _spread_validity(&valid, NULL, rows, m, n, &count)
+        else:
+            rc = _spread_validity(&valid, NULL, rows, m, n, &count)
+        if rc < 0:
             raise MemoryError()
         vbuf = _take_buf(&valid, (n + 7) >> 3) if n - m else None
     finally:
@@ -674,23 +714,37 @@ cdef object _spread_struct(object dense, const int32_t *rows, Py_ssize_t m, Py_s
     return pa.Array.from_buffers(dense.type, n, [vbuf], n - m, children=children)
 
 
+cdef int _spread_kind_bufs(Buf *valid, Buf *offs, const int32_t *rows, Py_ssize_t m,
+                           Py_ssize_t n) noexcept nogil:
+    """_spread_kinds' validity and offsets (kind byte j at row rows[j]). -1: no memory."""
+    cdef Py_ssize_t count = 0, j = 0, r
+    cdef int32_t *off
+    if _spread_validity(valid, NULL, rows, m, n, &count) < 0 or buf_reserve_exact(offs, 4 * (n + 1)) < 0:
+        return -1
+    off = <int32_t *>offs.data
+    for r in range(n):
+        off[r] = <int32_t>j
+        if j < m and rows[j] == r:
+            j += 1
+    off[n] = <int32_t>j
+    offs.len = 4 * (n + 1)
+    return 0
+
+
 cdef object _spread_kinds(object kinds, const int32_t *rows, Py_ssize_t m, Py_ssize_t n):
     """_before_kind: 'K' / 'O' (the m kind bytes, as they are) at the rows with an old
     image, null elsewhere."""
     cdef Buf valid, offs
-    cdef Py_ssize_t count = 0, j = 0, r
-    cdef int32_t *off
+    cdef int rc = 0
     memset(&valid, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
     try:
-        if _spread_validity(&valid, NULL, rows, m, n, &count) < 0 or buf_reserve_exact(&offs, 4 * (n + 1)) < 0:
+        if n >= SPREAD_NOGIL_ROWS:
+            with nogil:
+                rc = _spread_kind_bufs(&valid, &offs, rows, m, n)
+        else:
+            rc = _spread_kind_bufs(&valid, &offs, rows, m, n)
+        if rc < 0:
             raise MemoryError()
-        off = <int32_t *>offs.data
-        for r in range(n):
-            off[r] = <int32_t>j
-            if j < m and rows[j] == r:
-                j += 1
-        off[n] = <int32_t>j
-        offs.len = 4 * (n + 1)
         vbuf = _take_buf(&valid, (n + 7) >> 3) if n - m else None
         return pa.Array.from_buffers(pa.string(), n, [vbuf, _take_buf(&offs, 4 * (n + 1)), kinds], n - m)
     finally:
