@@ -86,8 +86,8 @@ def _set_event_adopt_bytes(nbytes: int) -> int:
 def _set_txn_windows(on: bool) -> bool:
     """Windows of small transactions on or off in this process (tests compare); returns the old setting."""
 
-def _set_rel_hints(on: bool) -> bool:
-    """Process-wide size hints of the typed builders on or off (tests compare); returns the old setting."""
+def _set_size_hints(on: bool) -> bool:
+    """Process-wide size hints (typed builders, change events) on or off (tests compare); returns the old setting."""
 
 def _txn_windows_taken() -> int:
     """Windows of small transactions written in this process so far (tests)."""

@@ -67,6 +67,7 @@ cdef class DecoderCore:
     cdef int state
     cdef Ctx ctx
     cdef Py_ssize_t feed_bytes      # the bytes of the messages of the last feed (MessageBatch)
+    cdef bint hints_taken           # the process's size hints applied (at the first feed)
     cdef list txn_messages          # transactional logical messages of the open B..C
     cdef list out_messages          # logical messages ready for the ChangeSet
     cdef dict streams               # top-level xid -> Spool
@@ -120,8 +121,6 @@ cdef class DecoderCore:
         self.binary_unknown = bool(binary_unknown)
         self.max_pending_bytes = max_pending_bytes
         self.spill_dir = spill_dir
-        if events and ev_hints_take(&self.ev) < 0:
-            raise MemoryError()
         for v in catalog.versions():
             if catalog.current(v.relid) is v:
                 self._builders_for(v)
@@ -152,7 +151,8 @@ cdef class DecoderCore:
         if rb is None:
             rb = RelBuilders.__new__(RelBuilders)
             rb.init(version, len(self.rb_all), [self._name_id(c.name) for c in version.columns])
-            rb.hints_take(self.feed_bytes)
+            if self.hints_taken:
+                rb.hints_take(self.feed_bytes)   # (else at the first feed: _take_hints)
             self.rb_all.append(rb)
             self.rb_by_version[key] = rb
         self.rb_current[version.relid] = rb
@@ -185,9 +185,24 @@ cdef class DecoderCore:
         cdef const MsgRef *refs = <const MsgRef *>refs_addr
         self._enter()
         try:
+            if not self.hints_taken:
+                self._take_hints()
             self._feed(refs, nrefs)
         finally:
             self.busy = False
+
+    cdef int _take_hints(self) except -1:
+        """Start the empty output buffers (change events, and the typed builders made
+        before this first feed: the catalog's relations) at the sizes the process last
+        handed over, scaled to this feed's bytes; builders made later take theirs when
+        made."""
+        cdef RelBuilders rb
+        self.hints_taken = True
+        if self.want_events and ev_hints_take(&self.ev, self.feed_bytes) < 0:
+            raise MemoryError()
+        for rb in self.rb_all:
+            rb.hints_take(self.feed_bytes)
+        return 0
 
     cdef int _enter(self) except -1:
         if self.busy:

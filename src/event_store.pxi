@@ -60,6 +60,36 @@ cdef Py_ssize_t map_nbytes(const MapB *mb) noexcept nogil:
     return n
 
 
+cdef bint g_size_hints = True            # off: every Decoder's buffers grow from nothing
+
+
+def _set_size_hints(bint on):
+    """Turn the process-wide size hints (typed builders and change events) on or off,
+    for tests that compare; returns the previous setting."""
+    global g_size_hints
+    cdef bint was = g_size_hints
+    g_size_hints = on
+    return was
+
+
+DEF HINT_MIN_FEED = 1 << 20          # a kept feed of this many bytes or more scales up
+DEF HINT_MAX_UP = 8.0                # by at most this much
+
+
+cdef inline double hint_scale(Py_ssize_t feed_bytes, Py_ssize_t kept_feed) noexcept nogil:
+    """What sizes kept from a feed of kept_feed bytes are multiplied by for a feed of
+    feed_bytes: down to any share (a piece of decode_parallel, a small batch after a large
+    one), up to HINT_MAX_UP times when the feed kept was large enough to say how the
+    output grows with the input (HINT_MIN_FEED); 1 when either is unknown."""
+    cdef double scale
+    if feed_bytes <= 0 or kept_feed <= 0:
+        return 1.0
+    scale = <double>feed_bytes / <double>kept_feed
+    if scale > 1.0:
+        return 1.0 if kept_feed < HINT_MIN_FEED else min(scale, HINT_MAX_UP)
+    return scale
+
+
 # The sizes an EvStore's buffers were last handed over with, process-wide: a new
 # Decoder starts its change-event buffers at them (Buf.hint) instead of growing each from
 # 64 bytes through copies (a quarter of its size, 4x at a time: 5-7 % of a decode).
@@ -68,6 +98,7 @@ cdef Py_ssize_t map_nbytes(const MapB *mb) noexcept nogil:
 # costs no memory (pages are touched when written, and trimmed at hand-over).
 DEF EV_NBUFS = 29
 cdef Py_ssize_t _ev_hint[EV_NBUFS]
+cdef Py_ssize_t _ev_hint_feed = 0       # the bytes of the feed whose rows they held (0: unknown)
 
 
 cdef int ev_bufs(EvStore *e, Buf **out) noexcept nogil:
@@ -100,20 +131,29 @@ cdef int ev_bufs(EvStore *e, Buf **out) noexcept nogil:
     return 0
 
 
-cdef int ev_hints_take(EvStore *e) noexcept nogil:
-    """Start e's empty buffers at the process's last hand-over sizes. -1: no memory."""
+cdef int ev_hints_take(EvStore *e, Py_ssize_t feed_bytes) noexcept nogil:
+    """Start e's empty buffers at the process's last hand-over sizes, scaled to a feed of
+    feed_bytes as the typed builders' are (hint_scale). -1: no memory."""
     cdef Buf *bufs[EV_NBUFS]
     cdef int i
+    cdef double scale = hint_scale(feed_bytes, _ev_hint_feed)
+    cdef Py_ssize_t size
     if ev_bufs(e, bufs) < 0:
         return -1
+    if not g_size_hints:
+        return 0
     for i in range(EV_NBUFS):
         if bufs[i].hint == 0:
-            bufs[i].hint = _ev_hint[i]
+            size = <Py_ssize_t>(<double>_ev_hint[i] * scale)
+            if size >= 4096:                     # (smaller: the usual growth is as good)
+                bufs[i].hint = size
     return 0
 
 
-cdef void ev_hints_keep(EvStore *e) noexcept nogil:
-    """Remember e's hand-over sizes (its Buf hints) for the next Decoder."""
+cdef void ev_hints_keep(EvStore *e, Py_ssize_t feed_bytes) noexcept nogil:
+    """Remember e's hand-over sizes (its Buf hints) for the next Decoder, with the bytes
+    of the feed that wrote them."""
+    global _ev_hint_feed
     cdef Buf *bufs[EV_NBUFS]
     cdef int i
     if ev_bufs(e, bufs) < 0:
@@ -121,6 +161,7 @@ cdef void ev_hints_keep(EvStore *e) noexcept nogil:
     for i in range(EV_NBUFS):
         if bufs[i].hint:
             _ev_hint[i] = bufs[i].hint
+    _ev_hint_feed = feed_bytes
 
 
 cdef void ev_truncate(EvStore *e, Py_ssize_t rows) noexcept nogil:

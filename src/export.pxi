@@ -146,7 +146,7 @@ cdef object export_own_events(DecoderCore self):
 cdef object export_event_rows(DecoderCore self):
     batch = export_store(self, &self.ev, self.ev_committed)
     self.ev_committed = 0
-    ev_hints_keep(&self.ev)
+    ev_hints_keep(&self.ev, self.feed_bytes)
     return batch
 
 

@@ -30,8 +30,6 @@ cdef Py_ssize_t col_nbytes(const Column *c) noexcept nogil:
 # written with the GIL held (RelBuilders are made and exported under it).
 DEF REL_HINT_SLOTS = 256
 DEF REL_HINT_FIXED = 9               # the metadata's 7 buffers, before_rows, before_kind
-DEF REL_HINT_MIN_FEED = 1 << 20      # a kept feed of this many bytes or more scales up
-DEF REL_HINT_MAX_UP = 8.0            # by at most this much
 
 
 cdef struct RelHint:
@@ -42,16 +40,6 @@ cdef struct RelHint:
 
 
 cdef RelHint _rel_hint[REL_HINT_SLOTS]
-cdef bint g_rel_hints = True             # off: every Decoder's builders grow from nothing
-
-
-def _set_rel_hints(bint on):
-    """Turn the process-wide relation size hints on or off (for tests that compare);
-    returns the previous setting."""
-    global g_rel_hints
-    cdef bint was = g_rel_hints
-    g_rel_hints = on
-    return was
 
 
 cdef int rel_hint_bufs(Meta *m, Buf *before_rows, Buf *before_kind, Column **cols,
@@ -77,7 +65,7 @@ cdef int rel_hint_bufs(Meta *m, Buf *before_rows, Buf *before_kind, Column **col
 
 cdef const RelHint *rel_hint_find(uint32_t relid, int ncols) noexcept nogil:
     cdef RelHint *h = &_rel_hint[relid % REL_HINT_SLOTS]
-    if not g_rel_hints or h.sizes == NULL or h.relid != relid or h.ncols != ncols:
+    if not g_size_hints or h.sizes == NULL or h.relid != relid or h.ncols != ncols:
         return NULL
     return h
 
@@ -85,17 +73,10 @@ cdef const RelHint *rel_hint_find(uint32_t relid, int ncols) noexcept nogil:
 cdef void rel_hint_apply(Buf **bufs, int n, int lo, const RelHint *h,
                          Py_ssize_t feed_bytes) noexcept nogil:
     """Start the empty buffers bufs[lo..n) (those without a hint) at the sizes kept,
-    scaled by feed_bytes / the bytes of the feed they were kept from: a piece of
-    decode_parallel, or a small batch after a large one, asks for its share; a larger
-    feed asks for up to REL_HINT_MAX_UP times more, when the feed kept was large enough
-    to say how the relation's rows grow with the stream (REL_HINT_MIN_FEED)."""
+    scaled from the feed they were kept from to a feed of feed_bytes (hint_scale)."""
     cdef int i
-    cdef double scale = 1.0
+    cdef double scale = hint_scale(feed_bytes, h.feed_bytes)
     cdef Py_ssize_t size
-    if feed_bytes > 0 and h.feed_bytes > 0:
-        scale = <double>feed_bytes / <double>h.feed_bytes
-        if scale > 1.0:
-            scale = 1.0 if h.feed_bytes < REL_HINT_MIN_FEED else min(scale, REL_HINT_MAX_UP)
     for i in range(lo, n):
         if bufs[i] != NULL and bufs[i].hint == 0:
             size = <Py_ssize_t>(<double>h.sizes[i] * scale)
@@ -149,7 +130,8 @@ cdef class RelBuilders:
     cdef bint dirty                    # touched by the open transaction
     cdef bint fixed_types              # every column's Arrow type is known up front (none
                                        # waits on whether a value comes in binary)
-    cdef Py_ssize_t hint_feed          # the bytes of the feed these builders were made in
+    cdef Py_ssize_t hint_feed          # the bytes of the feed whose size hints they took
+    cdef bint hinted                   # they took the process's size hints (hints_take)
 
     def __dealloc__(self):
         cdef int i
@@ -305,14 +287,16 @@ cdef class RelBuilders:
     cdef int ensure_before(self) except -1:
         if self.before == NULL:
             self.before = self._alloc_cols()
-            self._hints_apply(True)
+            if self.hinted:
+                self._hints_apply(True)
         return 0
 
     cdef void hints_take(self, Py_ssize_t feed_bytes) noexcept:
         """Start the empty buffers at the sizes this relation's builders were last
         handed over with in this process, scaled from the bytes of the feed that wrote
-        them to feed_bytes (the feed these builders are made in)."""
+        them to feed_bytes (the first feed these builders write)."""
         self.hint_feed = feed_bytes
+        self.hinted = True
         self._hints_apply(False)
 
     cdef void _hints_apply(self, bint before) noexcept:

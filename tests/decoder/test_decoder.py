@@ -248,6 +248,7 @@ def test_small_transactions_steady_state_takes_few_fresh_blocks(events):
 
 
 
+@pytest.mark.skipif(not NATIVE, reason="the native builders' size hints")
 def test_a_new_decoder_starts_typed_buffers_at_the_last_hand_over_sizes():
     """Each batch decoded by a new Decoder (a Spark task, a piece of decode_parallel):
     the typed tables' buffers start at the sizes the same relations' buffers were handed
@@ -268,7 +269,7 @@ def test_a_new_decoder_starts_typed_buffers_at_the_last_hand_over_sizes():
     raw = pa.array(enc(*msgs), pa.binary())
 
     def copied(hints):
-        was = _native._set_rel_hints(hints)
+        was = _native._set_size_hints(hints)
         try:
             out, tables = [], None
             for _ in range(5):
@@ -279,7 +280,7 @@ def test_a_new_decoder_starts_typed_buffers_at_the_last_hand_over_sizes():
                 del cs
             return out, tables
         finally:
-            _native._set_rel_hints(was)
+            _native._set_size_hints(was)
 
     off, t_off = copied(False)
     on, t_on = copied(True)
@@ -290,11 +291,15 @@ def test_a_new_decoder_starts_typed_buffers_at_the_last_hand_over_sizes():
     assert max(on[2:]) * 20 < min(off[2:]), (on, off)
 
 
-def test_typed_size_hints_scale_with_the_bytes_of_the_feed():
+@pytest.mark.skipif(not NATIVE, reason="the native builders' size hints")
+@pytest.mark.parametrize("kw", [dict(events=False), dict(tables=False)], ids=["typed", "events"])
+def test_size_hints_scale_with_the_bytes_of_the_feed(kw):
     """The kept sizes go with the bytes of the feed that wrote them: a new Decoder fed
     four times as much starts its buffers at four times the sizes (no growth through
     copies), where the sizes as kept would have it grow as a Decoder without hints
-    does."""
+    does. The same for a Decoder that starts from a catalog (as the pieces of
+    decode_parallel do): its builders, made before any feed, take their sizes at the
+    first one; and the same for the change-event table's buffers."""
     import random
 
     from pgoutput_fast import _native
@@ -311,26 +316,31 @@ def test_typed_size_hints_scale_with_the_bytes_of_the_feed():
 
     small, large = stream(1000, 3), stream(4000, 4)
     assert len(small.buffers()[2]) >= 1 << 20                 # (what scaling up asks of the kept feed)
+    first = Decoder(**kw)
+    first.feed(small)
+    catalog = first.catalog                                   # (both relations: a piece of decode_parallel)
 
-    def grown(hints):
-        was = _native._set_rel_hints(hints)
+    def grown(hints, with_catalog):
+        was = _native._set_size_hints(hints)
         try:
             out = []
             for _ in range(3):
-                cs = Decoder(events=False).feed(small)
+                cs = Decoder(**kw).feed(small)
                 del cs
                 before = _native.buffer_cache_info()["grown_bytes"]
-                cs = Decoder(events=False).feed(large)
+                d = Decoder(catalog, **kw) if with_catalog else Decoder(**kw)
+                cs = d.feed(large)
                 out.append(_native.buffer_cache_info()["grown_bytes"] - before)
-                del cs
+                del cs, d
             return out
         finally:
-            _native._set_rel_hints(was)
+            _native._set_size_hints(was)
 
-    off = grown(False)
-    on = grown(True)
-    assert min(off[1:]) > 0, off
-    assert max(on[1:]) * 20 < min(off[1:]), (on, off)
+    for with_catalog in (False, True):
+        off = grown(False, with_catalog)
+        on = grown(True, with_catalog)
+        assert min(off[1:]) > 0, off
+        assert max(on[1:]) * 5 < min(off[1:]), (with_catalog, on, off)
 
 def test_begin_commit_rows_and_metadata():
     msgs = [rel_orders()] + txn(
