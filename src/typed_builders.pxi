@@ -14,7 +14,6 @@ cdef Py_ssize_t col_nbytes(const Column *c) noexcept nogil:
     return n
 
 
-
 # The sizes a relation's builders were last handed over with, process-wide (the typed
 # tables' counterpart of _ev_hint): a new Decoder starts each buffer of a relation's
 # builders at them (Buf.hint) instead of growing it from 64 bytes through copies into
