@@ -216,6 +216,21 @@ def test_change_event_buffers_come_from_the_cache_after_a_workload_switch():
         assert fresh() - before == 0
 
 
+def _small_txn_stream(ntx, seed):
+    """(messages, changes): two relations (orders and a copy of it), then ntx
+    transactions of 1 to 59 inserts, seven in ten to orders, notes of 0 to 39 bytes."""
+    import random
+
+    rnd = random.Random(seed)
+    first = rel_orders()
+    msgs = [first, Relation(16385, "public", "orders2", "d", first.columns)]
+    for x in range(ntx):
+        body = [ins(x * 100 + k, "n" * rnd.randrange(0, 40), k, relid=ORDERS if rnd.random() < 0.7 else 16385)
+                for k in range(rnd.randrange(1, 60))]
+        msgs += txn(1000 + x, 0x10000 + x * 1000, *body)
+    return pa.array(enc(*msgs), pa.binary()), len(msgs) - 2 - 2 * ntx
+
+
 @pytest.mark.skipif(not NATIVE, reason="the native block cache")
 @pytest.mark.parametrize("events", [False, True], ids=["typed", "both"])
 def test_small_transactions_steady_state_takes_few_fresh_blocks(events):
@@ -225,27 +240,17 @@ def test_small_transactions_steady_state_takes_few_fresh_blocks(events):
     memory not from the cache (0 to 2: a new Decoder's buffer growing past 1 MiB may
     find the block it would take taken by a smaller one). With every block trimmed when
     handed to Arrow, 5 to 10 did, each a run of page faults on fresh pages."""
-    import random
-
     from pgoutput_fast import _native
 
-    rnd = random.Random(5)
-    first = rel_orders()
-    msgs = [first, Relation(16385, "public", "orders2", "d", first.columns)]
-    for x in range(4000):
-        body = [ins(x * 100 + k, "n" * rnd.randrange(0, 40), k, relid=ORDERS if rnd.random() < 0.7 else 16385)
-                for k in range(rnd.randrange(1, 60))]
-        msgs += txn(1000 + x, 0x10000 + x * 1000, *body)
-    raw = pa.array(enc(*msgs), pa.binary())
+    raw, changes = _small_txn_stream(4000, 5)
     fresh = []
     for _ in range(8):
         before = _native.buffer_cache_info()["fresh_blocks"]
         cs = Decoder(events=events).feed(raw)
-        assert cs.num_changes == len(msgs) - 2 - 2 * 4000
+        assert cs.num_changes == changes
         del cs
         fresh.append(_native.buffer_cache_info()["fresh_blocks"] - before)
     assert max(fresh[3:]) <= 2, fresh
-
 
 
 @pytest.mark.skipif(not NATIVE, reason="the native builders' size hints")
@@ -255,18 +260,9 @@ def test_a_new_decoder_starts_typed_buffers_at_the_last_hand_over_sizes():
     over with in this process, so they do not grow through copies into ever larger
     blocks (with the hints off, the same batches copy about a tenth of what they hand
     over, each time). The output is the same either way."""
-    import random
-
     from pgoutput_fast import _native
 
-    rnd = random.Random(9)
-    first = rel_orders()
-    msgs = [first, Relation(16385, "public", "orders2", "d", first.columns)]
-    for x in range(3000):
-        body = [ins(x * 100 + k, "n" * rnd.randrange(0, 40), k, relid=ORDERS if rnd.random() < 0.7 else 16385)
-                for k in range(rnd.randrange(1, 60))]
-        msgs += txn(1000 + x, 0x10000 + x * 1000, *body)
-    raw = pa.array(enc(*msgs), pa.binary())
+    raw, _ = _small_txn_stream(3000, 9)
 
     def copied(hints):
         was = _native._set_size_hints(hints)
@@ -300,21 +296,9 @@ def test_size_hints_scale_with_the_bytes_of_the_feed(kw):
     does. The same for a Decoder that starts from a catalog (as the pieces of
     decode_parallel do): its builders, made before any feed, take their sizes at the
     first one; and the same for the change-event table's buffers."""
-    import random
-
     from pgoutput_fast import _native
 
-    def stream(ntx, seed):
-        rnd = random.Random(seed)
-        first = rel_orders()
-        msgs = [first, Relation(16385, "public", "orders2", "d", first.columns)]
-        for x in range(ntx):
-            body = [ins(x * 100 + k, "n" * rnd.randrange(0, 40), k, relid=ORDERS if rnd.random() < 0.7 else 16385)
-                    for k in range(rnd.randrange(1, 60))]
-            msgs += txn(1000 + x, 0x10000 + x * 1000, *body)
-        return pa.array(enc(*msgs), pa.binary())
-
-    small, large = stream(1000, 3), stream(4000, 4)
+    (small, _), (large, _) = _small_txn_stream(1000, 3), _small_txn_stream(4000, 4)
     assert len(small.buffers()[2]) >= 1 << 20                 # (what scaling up asks of the kept feed)
     first = Decoder(**kw)
     first.feed(small)
@@ -341,6 +325,7 @@ def test_size_hints_scale_with_the_bytes_of_the_feed(kw):
         on = grown(True, with_catalog)
         assert min(off[1:]) > 0, off
         assert max(on[1:]) * 5 < min(off[1:]), (with_catalog, on, off)
+
 
 def test_begin_commit_rows_and_metadata():
     msgs = [rel_orders()] + txn(
