@@ -1,8 +1,9 @@
 """Decoder throughput on production-like streams: small transactions, tables interleaved.
 
 Corpus: real pgoutput from a private PostgreSQL 15 (``pgoutput_fast.bench.corpus``,
-workloads ``oltp1``, ``oltp10``, ``oltp50``, ``oltp1000``): the same changes committed
-1, 10, 50 or 1,000 per transaction, each transaction mixing the 10-column narrow table
+workloads ``oltp1``, ``oltp10``, ``oltp50``, ``oltp1000``, ``oltp100000``): the same
+changes committed 1, 10, 50, 1,000 or 100,000 per transaction (the last a batch job: two
+transactions), each transaction mixing the 10-column narrow table
 (three changes in four) and an 8-column orders table, 70 % inserts, 20 % updates, 10 %
 deletes, one row per statement; protocol 1, text and binary mode. A tenth of the corpus
 rows (``PGOUTPUT_FAST_CORPUS_ROWS``, default 2,000,000) in changes: 200,000.

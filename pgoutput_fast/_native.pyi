@@ -84,13 +84,16 @@ def _set_event_adopt_bytes(nbytes: int) -> int:
     """Bytes of event rows past which a committing spool is adopted whole (tests); returns the old value."""
 
 def _set_txn_windows(on: bool) -> bool:
-    """Windows of small transactions on or off in this process (tests compare); returns the old setting."""
+    """Windows of small transactions (and parts of large ones) on or off in this process (tests compare); returns the old setting."""
 
 def _set_size_hints(on: bool) -> bool:
     """Process-wide size hints (typed builders, change events) on or off (tests compare); returns the old setting."""
 
 def _txn_windows_taken() -> int:
     """Windows of small transactions written in this process so far (tests)."""
+
+def _txn_parts_taken() -> int:
+    """Parts of large open transactions gathered per relation in this process so far (tests)."""
 
 def _message_scan(offsets: Any, data: Any, first: int, n: int, large: bool,
                   depth: int = 0) -> tuple[bytearray, bytearray, int, bool]:

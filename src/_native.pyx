@@ -20,7 +20,8 @@
     column_pass.pxi    the block writers' C loops: row-wise scan, block shape, column pass
     decoder_core.pxi   the stateful columnar decoder (DecoderCore)
     pending_txn.pxi    streamed / prepared / spooled transactions: check, keep, replay
-    txn_window.pxi     windows of small transactions: typed rows gathered per relation
+    txn_window.pxi     windows of small transactions (and parts of large ones): typed rows
+                       gathered per relation
     truncate_message.pxi  Truncate and Logical Message handling
     export.pxi         the change-event table's schema and export to Arrow
     message_batch.pxi  a feed()'s messages as a C array (MessageBatch)

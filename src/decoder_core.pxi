@@ -219,6 +219,15 @@ cdef class DecoderCore:
             self.txn_rel_log = []
         try:
             while i < nrefs:
+                if (self.state == ST_TXN and not self.txn_spooled and self.want_tables
+                        and g_windows and i >= skip and refs[i].n >= 5
+                        and (refs[i].p[0] == MSG_INSERT or refs[i].p[0] == MSG_UPDATE
+                             or refs[i].p[0] == MSG_DELETE)):
+                    # a large transaction's changes to several tables: gathered per relation
+                    k = window_part_run(self, refs, i, nrefs, &skip)
+                    if k > i:
+                        i = k
+                        continue
                 if (self.state == ST_TXN and not self.txn_spooled and self.last_rb is not None
                         and (self.want_tables or self.want_events)):
                     self._run_blocks(refs, &i, nrefs, self.last_rb, 0)

@@ -26,12 +26,19 @@
 # transaction was open when it started, so the builders' committed marks are where it
 # started) and the same messages go through the message-at-a-time path, which reports
 # the error exactly as it always has, with the output up to the last good commit.
+#
+# A part (window_part_run) is the same gathering inside one large open transaction: its
+# next changes (up to WIN_MAX_CHANGES; any other message ends them), when they touch
+# several relations in short runs. Its rows stay uncommitted with the transaction's
+# context (commit LSN, time, xid, origin) and each their own seq. Should it fail, the
+# builders and event rows are cut back to where it started and the usual path takes
+# the same changes (and raises, which undoes the whole transaction as always).
 
 cdef bint g_windows = True           # off: every transaction the usual way (tests compare)
 
 
 def _set_txn_windows(bint on):
-    """Turn the windows on or off for this process (for tests that compare the two
+    """Turn the windows (and parts) on or off for this process (for tests that compare the two
     paths); returns the previous setting."""
     global g_windows
     cdef bint was = g_windows
@@ -45,6 +52,15 @@ cdef Py_ssize_t g_windows_taken = 0     # windows written (tests: the path ran)
 def _txn_windows_taken():
     """Windows written in this process so far (for tests)."""
     return g_windows_taken
+
+
+cdef Py_ssize_t g_parts_taken = 0       # parts of open transactions gathered (tests)
+
+
+def _txn_parts_taken():
+    """Parts of open transactions gathered per relation in this process so far (for
+    tests)."""
+    return g_parts_taken
 
 
 DEF WIN_MAX_CHANGES = 4096           # changes one window gathers at most
@@ -61,6 +77,8 @@ cdef struct WinTxn:
     Py_ssize_t begin                 # index of its Begin in the batch
     Py_ssize_t first                 # index of its first change in the window's lists
     Py_ssize_t nchanges
+    int64_t seq0                     # the seq of its first change (0; a part's: where it is)
+    int32_t origin                   # its Origin's index (-1; a part's: the transaction's)
 
 
 cdef struct WinRow:                  # a gathered change's per-transaction metadata
@@ -76,6 +94,11 @@ cdef struct WinScan:                 # window_scan's state, kept across its stop
     Py_ssize_t ngroups
     bint open                        # a transaction's changes are being scanned
     bint stop                        # a limit reached: the window ends before the open one
+    bint part                        # the changes of an open transaction (window_part_run):
+                                     # they end at the first message that is not one, which
+                                     # is not taken (no Begin, no Commit)
+    int64_t seq0                     # a part's first seq
+    Py_ssize_t nruns                 # runs of one relation met (a part: worth gathering?)
     uint64_t final_lsn               # the open transaction's Begin's
     int64_t ts
     uint32_t last_relid
@@ -98,141 +121,89 @@ cdef struct WinGroup:                # a relation of the window, for window_type
     Py_ssize_t done                  # of its gathered run, the rows window_typed wrote
 
 
+cdef int window_lists(DecoderCore self) except -1:
+    """Room for a window's lists (kept by the Decoder from one window to the next)."""
+    if (buf_reserve(&self.win_txn, sizeof(WinTxn) * WIN_MAX_TXNS) < 0
+            or buf_reserve(&self.win_grp, 8 * WIN_MAX_CHANGES) < 0
+            or buf_reserve(&self.win_rows, sizeof(WinRow) * 2 * WIN_MAX_CHANGES) < 0
+            or buf_reserve(&self.win_refs, sizeof(MsgRef) * WIN_MAX_CHANGES) < 0):
+        raise MemoryError()
+    return 0
+
+
+cdef int window_scan_all(DecoderCore self, WinScan *ws, const MsgRef *refs, Py_ssize_t i,
+                         Py_ssize_t nrefs, list groups) except -1:
+    """window_scan from refs[i] until the window is found, each relation it meets added
+    to groups (its builders) and ws.gid. A relation with no builders ends it: a window
+    before the transaction it is in, a part before that change."""
+    cdef RelBuilders rb
+    cdef int rc
+    while True:
+        if i + 64 <= nrefs:
+            with nogil:
+                rc = window_scan(ws, refs, nrefs, <WinTxn *>self.win_txn.data,
+                                 <int32_t *>self.win_grp.data,
+                                 <int32_t *>self.win_grp.data + WIN_MAX_CHANGES,
+                                 <WinRow *>self.win_rows.data)
+        else:
+            rc = window_scan(ws, refs, nrefs, <WinTxn *>self.win_txn.data,
+                             <int32_t *>self.win_grp.data,
+                             <int32_t *>self.win_grp.data + WIN_MAX_CHANGES,
+                             <WinRow *>self.win_rows.data)
+        if rc == WSCAN_DONE:
+            return 0
+        rb = self.rb_current.get(ws.need)
+        if rb is None:                       # (the usual path: it reports it)
+            if not ws.part:
+                ws.nch = ws.c0
+            return 0
+        groups.append(rb)
+        ws.gid[ws.ngroups] = ws.need
+        ws.ngroups += 1
+
+
 cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
                            Py_ssize_t nrefs, Py_ssize_t *skip_until) except -1:
     """Decode the window of whole transactions starting at the Begin refs[i] (see the top
     of this file). Returns the index after its last Commit; or i when there is no window
     worth gathering (then *skip_until is set past what the usual path should take
     first: this Begin, or the whole window when it failed to decode)."""
-    cdef Py_ssize_t k = i, nch = 0, ntx = 0, ngroups = 0
-    cdef Py_ssize_t r, g, n, idx, a, a0
+    cdef Py_ssize_t k, nch, ntx, ngroups
     cdef WinScan ws
-    cdef Py_ssize_t off[WIN_MAX_GROUPS + 1]
     cdef WinTxn *txns
     cdef WinTxn *tx
     cdef int32_t *grp
-    cdef int32_t *chg_at             # each change's index in the batch, minus the Begin's
-    cdef WinRow *rows
-    cdef WinRow *wr
-    cdef MsgRef *grefs
-    cdef RelBuilders rb
     cdef list groups = []
-    cdef bint ok = False, events = self.want_events, tables = self.want_tables
-    cdef EvRel evr[WIN_MAX_GROUPS]
-    cdef WinGroup wg[WIN_MAX_GROUPS]
-    cdef int rc
-    if (buf_reserve(&self.win_txn, sizeof(WinTxn) * WIN_MAX_TXNS) < 0
-            or buf_reserve(&self.win_grp, 8 * WIN_MAX_CHANGES) < 0
-            or buf_reserve(&self.win_rows, sizeof(WinRow) * 2 * WIN_MAX_CHANGES) < 0
-            or buf_reserve(&self.win_refs, sizeof(MsgRef) * WIN_MAX_CHANGES) < 0):
-        raise MemoryError()
+    cdef bint ok = False
+    window_lists(self)
     txns = <WinTxn *>self.win_txn.data
     grp = <int32_t *>self.win_grp.data
-    chg_at = grp + WIN_MAX_CHANGES
-    rows = <WinRow *>self.win_rows.data
-    grefs = <MsgRef *>self.win_refs.data
 
     # 1. the window: whole transactions of changes only (without the GIL; the scan
     # stops at each relation it has not met yet, which the catalog of builders names)
     ws.k = i
     ws.open = False
     ws.stop = False
+    ws.part = False
+    ws.seq0 = 0
+    ws.nruns = 0
     ws.nch = ws.ntx = ws.nbytes = 0
     ws.ngroups = 0
     ws.last_group = -1
     ws.last_relid = 0
-    while True:
-        if i + 64 <= nrefs:
-            with nogil:
-                rc = window_scan(&ws, refs, nrefs, txns, grp, chg_at, rows)
-        else:
-            rc = window_scan(&ws, refs, nrefs, txns, grp, chg_at, rows)
-        if rc == WSCAN_DONE:
-            break
-        rb = self.rb_current.get(ws.need)
-        if rb is None:                       # (the usual path: it reports it)
-            ws.nch = ws.c0
-            break
-        groups.append(rb)
-        ws.gid[ws.ngroups] = ws.need
-        ws.ngroups += 1
+    window_scan_all(self, &ws, refs, i, nrefs, groups)
     k = ws.k
     nch = ws.nch
     ntx = ws.ntx
     ngroups = ws.ngroups
-    if ntx == 0 or (ntx == 1 and (ngroups <= 1 or not tables)):
+    if ntx == 0 or (ntx == 1 and (ngroups <= 1 or not self.want_tables)):
         skip_until[0] = i + 1                # (nothing to gather: the usual path)
         return i
 
     # 2.-4. write; on a decode error undo all of it and let the usual path report it
     self._drop_carry()
     try:
-        if events:
-            for g in range(ngroups):
-                rb = groups[g]
-                ev_rel(&evr[g], rb)
-                self._touch(rb)
-            self.want_tables = False
-            try:
-                r = 0
-                a = txns[0].begin + 1
-                while r < ntx:
-                    # the block writer over the window's transactions from (r, a), without
-                    # the GIL; it stops at a change it does not take ('u', a value it does
-                    # not format itself...), which the row-wise writer takes (and raises
-                    # what is wrong with it)
-                    if nch >= WIN_NOGIL_CHANGES:
-                        with nogil:
-                            rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a)
-                    else:
-                        rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a)
-                    if rc < 0:
-                        raise MemoryError()
-                    if r < ntx:
-                        tx = &txns[r]
-                        rb = groups[grp[tx.first + (a - tx.begin - 1)]]
-                        a = self._dml_rows(refs, a, a + 1, &a0, rb, 0)
-                        if a == tx.begin + 1 + tx.nchanges:
-                            r += 1
-                            if r < ntx:
-                                window_ctx(&self.ctx, &txns[r])
-                                a = txns[r].begin + 1
-            finally:
-                self.want_tables = tables
-        # the typed rows: each relation's changes gathered, through the block writers
-        # (without the GIL); a group the column pass does not finish (a short block, a
-        # value it leaves to the full parser, no room checked yet) goes on here
-        if tables:
-            for g in range(ngroups):
-                rb = groups[g]
-                self._touch(rb)
-                block_dest(&wg[g].d, rb)
-                wg[g].relid = rb.relid
-                wg[g].base = rb.meta.rows
-            self.ctx.snapshot = 0
-            self.ctx.origin = -1
-            if nch >= WIN_NOGIL_CHANGES:
-                with nogil:
-                    rc = window_typed(wg, ngroups, refs, txns, grp, chg_at, rows, nch, grefs, off,
-                                      &self.cp_scratch, &self.scratch, &self.ctx)
-            else:
-                rc = window_typed(wg, ngroups, refs, txns, grp, chg_at, rows, nch, grefs, off,
-                                  &self.cp_scratch, &self.scratch, &self.ctx)
-            if rc < 0:
-                raise MemoryError()
-            if rc == 0:
-                wr = rows + WIN_MAX_CHANGES          # (the gathered rows' metadata)
-                for g in range(ngroups):
-                    n = off[g + 1] - off[g]
-                    rb = groups[g]
-                    idx = wg[g].done
-                    if idx < n:
-                        self.ctx.seq = 0
-                        self._run_typed_blocks(grefs + off[g], &idx, n, rb, 0)
-                    if idx < n or rb.meta.rows != wg[g].base + n:
-                        raise DecodeError("window", 0, None)
-                    # the per-transaction metadata, per row
-                    window_meta(&rb.meta, wg[g].base, txns, wr + off[g], n)
+        window_write(self, refs, ntx, nch, groups)
         ok = True
     except DecodeError:
         pass
@@ -246,7 +217,6 @@ cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
     tx = &txns[ntx - 1]
     window_ctx(&self.ctx, tx)
     self.ctx.seq = tx.nchanges
-    self.ctx.snapshot = 0
     self.txn_part_start = tx.begin + 1
     if self.txn_messages:
         self.txn_messages = []
@@ -256,6 +226,179 @@ cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
     if tx.nchanges:
         self.last_rb = groups[grp[tx.first + tx.nchanges - 1]]
     return k
+
+
+DEF PART_MIN_CHANGES = 32            # fewer changes ahead: a part is not gathered
+DEF PART_MAX_RUN = 64                # runs of one relation this long on average: not either
+
+
+cdef Py_ssize_t window_part_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
+                                Py_ssize_t nrefs, Py_ssize_t *skip_until) except -1:
+    """A window over part of the open plain transaction: its changes from refs[i] on (up
+    to WIN_MAX_CHANGES, and the first message that is not an Insert, Update or Delete of a
+    known relation ends them), each relation's gathered as a window gathers a whole
+    transaction's. A large transaction that writes several tables in turn (a batch job,
+    a bulk load of parents and children) then reaches the column pass in long runs.
+    The rows stay uncommitted, with the transaction's context and their own seq. Returns
+    the index after the part; or i when it is not worth gathering (one relation, few
+    changes, long runs already) or failed to decode: then *skip_until is past the
+    changes the usual path takes first, and the builders and event rows are cut back to
+    where the part started (the usual path then raises where it fails, and the error
+    undoes the whole transaction as always)."""
+    cdef Py_ssize_t nch, g, ngroups, ev0
+    cdef WinScan ws
+    cdef WinTxn *tx
+    cdef int32_t *grp
+    cdef list groups = []
+    cdef RelBuilders rb
+    cdef bint ok = False
+    cdef Py_ssize_t mark_rows[WIN_MAX_GROUPS]
+    cdef Py_ssize_t mark_before[WIN_MAX_GROUPS]
+    window_lists(self)
+    tx = <WinTxn *>self.win_txn.data
+    grp = <int32_t *>self.win_grp.data
+    ws.k = i - 1                         # (the "Begin": chg_at counts from here)
+    ws.q = i
+    ws.c0 = 0
+    ws.open = True
+    ws.stop = False
+    ws.part = True
+    ws.seq0 = self.ctx.seq
+    ws.nruns = 0
+    ws.nch = ws.ntx = ws.nbytes = 0
+    ws.ngroups = 0
+    ws.last_group = -1
+    ws.last_relid = 0
+    ws.final_lsn = <uint64_t>self.ctx.commit_lsn
+    ws.ts = 0
+    window_scan_all(self, &ws, refs, i, nrefs, groups)
+    nch = ws.nch
+    ngroups = ws.ngroups
+    if nch < PART_MIN_CHANGES or ngroups < 2 or nch >= PART_MAX_RUN * ws.nruns:
+        skip_until[0] = i + (nch if nch > 0 else 1)
+        return i
+    tx.commit_lsn = self.ctx.commit_lsn
+    tx.commit_ts = self.ctx.commit_ts
+    tx.xid = self.ctx.xid
+    tx.begin = i - 1
+    tx.first = 0
+    tx.nchanges = nch
+    tx.seq0 = self.ctx.seq
+    tx.origin = self.ctx.origin
+    for g in range(ngroups):
+        rb = groups[g]
+        mark_rows[g] = rb.meta.rows
+        mark_before[g] = rb.nbefore
+    ev0 = self.ev.meta.rows
+    try:
+        window_write(self, refs, 1, nch, groups)
+        ok = True
+    except DecodeError:
+        pass
+    finally:
+        if not ok:
+            for g in range(ngroups):
+                rb = groups[g]
+                rb.truncate(mark_rows[g], mark_before[g])
+            self._ev_truncate(ev0)
+        window_ctx(&self.ctx, tx)
+    if not ok:
+        skip_until[0] = i + nch              # (the usual path, which raises where it fails)
+        return i
+    self.ctx.seq = tx.seq0 + nch
+    global g_parts_taken
+    g_parts_taken += 1
+    self.last_rb = groups[grp[nch - 1]]
+    return i + nch
+
+
+cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_ssize_t nch,
+                      list groups) except -1:
+    """Steps 2.-4. of a window (or part) that window_scan_all found: its ntx transactions
+    and nch changes in the lists. Raises DecodeError where anything does not decode (the
+    caller undoes what was written)."""
+    cdef Py_ssize_t ngroups = len(groups)
+    cdef Py_ssize_t r, g, n, idx, a, a0
+    cdef Py_ssize_t off[WIN_MAX_GROUPS + 1]
+    cdef WinTxn *txns = <WinTxn *>self.win_txn.data
+    cdef WinTxn *tx
+    cdef int32_t *grp = <int32_t *>self.win_grp.data
+    cdef int32_t *chg_at = grp + WIN_MAX_CHANGES
+    cdef WinRow *rows = <WinRow *>self.win_rows.data
+    cdef WinRow *wr
+    cdef MsgRef *grefs = <MsgRef *>self.win_refs.data
+    cdef RelBuilders rb
+    cdef bint events = self.want_events, tables = self.want_tables
+    cdef EvRel evr[WIN_MAX_GROUPS]
+    cdef WinGroup wg[WIN_MAX_GROUPS]
+    cdef int rc
+    if events:
+        for g in range(ngroups):
+            rb = groups[g]
+            ev_rel(&evr[g], rb)
+            self._touch(rb)
+        self.want_tables = False
+        try:
+            r = 0
+            a = txns[0].begin + 1
+            while r < ntx:
+                # the block writer over the window's transactions from (r, a), without
+                # the GIL; it stops at a change it does not take ('u', a value it does
+                # not format itself...), which the row-wise writer takes (and raises
+                # what is wrong with it)
+                if nch >= WIN_NOGIL_CHANGES:
+                    with nogil:
+                        rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a)
+                else:
+                    rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a)
+                if rc < 0:
+                    raise MemoryError()
+                if r < ntx:
+                    tx = &txns[r]
+                    rb = groups[grp[tx.first + (a - tx.begin - 1)]]
+                    a = self._dml_rows(refs, a, a + 1, &a0, rb, 0)
+                    if a == tx.begin + 1 + tx.nchanges:
+                        r += 1
+                        if r < ntx:
+                            window_ctx(&self.ctx, &txns[r])
+                            a = txns[r].begin + 1
+        finally:
+            self.want_tables = tables
+    # the typed rows: each relation's changes gathered, through the block writers
+    # (without the GIL); a group the column pass does not finish (a short block, a
+    # value it leaves to the full parser, no room checked yet) goes on here
+    if tables:
+        for g in range(ngroups):
+            rb = groups[g]
+            self._touch(rb)
+            block_dest(&wg[g].d, rb)
+            wg[g].relid = rb.relid
+            wg[g].base = rb.meta.rows
+        self.ctx.snapshot = 0
+        self.ctx.origin = txns[0].origin     # (a window's: -1; a part's: its transaction's)
+        if nch >= WIN_NOGIL_CHANGES:
+            with nogil:
+                rc = window_typed(wg, ngroups, refs, txns, grp, chg_at, rows, nch, grefs, off,
+                                  &self.cp_scratch, &self.scratch, &self.ctx)
+        else:
+            rc = window_typed(wg, ngroups, refs, txns, grp, chg_at, rows, nch, grefs, off,
+                              &self.cp_scratch, &self.scratch, &self.ctx)
+        if rc < 0:
+            raise MemoryError()
+        if rc == 0:
+            wr = rows + WIN_MAX_CHANGES          # (the gathered rows' metadata)
+            for g in range(ngroups):
+                n = off[g + 1] - off[g]
+                rb = groups[g]
+                idx = wg[g].done
+                if idx < n:
+                    self.ctx.seq = 0
+                    self._run_typed_blocks(grefs + off[g], &idx, n, rb, 0)
+                if idx < n or rb.meta.rows != wg[g].base + n:
+                    raise DecodeError("window", 0, None)
+                # the per-transaction metadata, per row
+                window_meta(&rb.meta, wg[g].base, txns, wr + off[g], n)
+    return 0
 
 
 cdef int window_scan(WinScan *ws, const MsgRef *refs, Py_ssize_t nrefs, WinTxn *txns,
@@ -272,7 +415,9 @@ cdef int window_scan(WinScan *ws, const MsgRef *refs, Py_ssize_t nrefs, WinTxn *
     cdef WinTxn *tx
     cdef Py_ssize_t k = ws.k, q = ws.q, c0 = ws.c0, nch = ws.nch, ntx = ws.ntx
     cdef Py_ssize_t nbytes = ws.nbytes, ngroups = ws.ngroups
-    cdef bint is_open = ws.open, stop = ws.stop
+    cdef bint is_open = ws.open, stop = ws.stop, part = ws.part
+    cdef int64_t seq0 = ws.seq0
+    cdef Py_ssize_t nruns = ws.nruns
     cdef uint64_t final_lsn = ws.final_lsn
     cdef int64_t ts = ws.ts
     cdef uint32_t last_relid = ws.last_relid
@@ -318,18 +463,22 @@ cdef int window_scan(WinScan *ws, const MsgRef *refs, Py_ssize_t nrefs, WinTxn *
                     rc = WSCAN_NEED
                     break
                 last_relid = relid
+                nruns += 1
             if nch == WIN_MAX_CHANGES:
                 stop = True
                 break
             grp[nch] = last_group
             chg_at[nch] = <int32_t>(q - k)
-            rows[nch].seq = nch - c0
+            rows[nch].seq = seq0 + (nch - c0)
             rows[nch].txn = <int32_t>ntx
             nch += 1
             nbytes += m.n
             q += 1
         if rc >= 0:
             break                                # (WSCAN_NEED: the transaction stays open)
+        if part:
+            rc = WSCAN_DONE                      # (a part: its changes, nothing after)
+            break
         is_open = False
         if (stop or q >= nrefs or refs[q].n != 26 or refs[q].p[0] != MSG_COMMIT
                 or refs[q].p[1] != 0 or pgo_be64(refs[q].p + 2) != final_lsn):
@@ -343,6 +492,8 @@ cdef int window_scan(WinScan *ws, const MsgRef *refs, Py_ssize_t nrefs, WinTxn *
         tx.begin = k
         tx.first = c0
         tx.nchanges = nch - c0
+        tx.seq0 = 0
+        tx.origin = -1
         ntx += 1
         k = q + 1
     ws.k = k
@@ -357,6 +508,7 @@ cdef int window_scan(WinScan *ws, const MsgRef *refs, Py_ssize_t nrefs, WinTxn *
     ws.ts = ts
     ws.last_relid = last_relid
     ws.last_group = last_group
+    ws.nruns = nruns
     return rc
 
 
@@ -498,10 +650,10 @@ cdef void window_meta(Meta *mt, Py_ssize_t base, const WinTxn *txns, const WinRo
 
 
 cdef inline void window_ctx(Ctx *ctx, const WinTxn *tx) noexcept nogil:
-    """The context _on_begin sets for transaction tx."""
+    """The context _on_begin sets for transaction tx (a part's: where it starts)."""
     ctx.commit_lsn = tx.commit_lsn
     ctx.commit_ts = tx.commit_ts
     ctx.xid = tx.xid
     ctx.snapshot = tx.xid == 0
-    ctx.seq = 0
-    ctx.origin = -1
+    ctx.seq = tx.seq0
+    ctx.origin = tx.origin

@@ -326,20 +326,26 @@ cdef class RelBuilders:
         rel_hint_keep(self.relid, self.ncols, bufs, n, feed_bytes)
         free(bufs)
 
-    cdef void rollback(self) noexcept:
+    cdef void truncate(self, Py_ssize_t rows, Py_ssize_t nbefore) noexcept:
+        """Keep the first `rows` rows and `nbefore` old images (their specials and
+        metadata); the committed marks and the columns' flags stay as they are."""
         cdef int i
         for i in range(self.ncols):
-            col_truncate(self.cols[i], self.committed)
+            col_truncate(self.cols[i], rows)
         if self.before != NULL:
             for i in range(self.ncols):
-                col_truncate(self.before[i], self.committed_before)
-        self.before_rows.len = 4 * self.committed_before
-        self.before_kind.len = self.committed_before
-        self.nbefore = self.committed_before
-        meta_truncate(&self.meta, self.committed)
+                col_truncate(self.before[i], nbefore)
+        self.before_rows.len = 4 * nbefore
+        self.before_kind.len = nbefore
+        self.nbefore = nbefore
+        meta_truncate(&self.meta, rows)
         # specials are appended in row order (old-image ones at their main row)
-        while self.specials and self.specials[len(self.specials) - 1][0] >= self.committed:
+        while self.specials and self.specials[len(self.specials) - 1][0] >= rows:
             self.specials.pop()
+
+    cdef void rollback(self) noexcept:
+        cdef int i
+        self.truncate(self.committed, self.committed_before)
         for i in range(self.ncols):
             # the columns' flags cover only the rows since the last commit
             self.cols[i].any_binary = False

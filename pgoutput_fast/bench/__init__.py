@@ -41,7 +41,7 @@ def add_arguments(p) -> None:
                    help="rows of the narrow workload (default: the corpus default, 2,000,000; "
                         "the wide one has a fifth)")
     p.add_argument("--workloads", default="narrow,wide,toast,stream,oltp1,oltp50",
-                   help="comma-separated: narrow, wide, toast, stream, oltp1, oltp10, oltp50, oltp1000 "
+                   help="comma-separated: narrow, wide, toast, stream, oltp1, oltp10, oltp50, oltp1000, oltp100000 "
                         "(only these are built, the first time)")
     p.add_argument("--modes", default="text,binary", help="comma-separated: text, binary")
     p.add_argument("--repeat", type=int, default=3, help="runs per measurement (median)")

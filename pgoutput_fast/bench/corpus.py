@@ -14,8 +14,9 @@ Workloads (each captured in text and binary mode):
            64kB): the narrow columns inserted in transactions of 20,000 rows, each with a
            savepoint rolled back (a subtransaction abort inside the stream), a fifth of
            the narrow row count
-  oltp1, oltp10, oltp50, oltp1000
-           production-like: 1, 10, 50 or 1,000 changes per transaction, two tables
+  oltp1, oltp10, oltp50, oltp1000, oltp100000
+           production-like: 1, 10, 50 or 1,000 changes per transaction (and batch jobs:
+           100,000, so that the default row count makes two transactions), two tables
            interleaved in each transaction (the narrow table, three changes in four, and
            an 8-column orders table), 70 % inserts, 20 % single-row updates, 10 %
            single-row deletes, one statement per change, committed by a PL/pgSQL
@@ -71,8 +72,8 @@ def _workloads(rows):
     }
 
 
-#: changes per transaction of the production-like workloads (oltp1 ... oltp1000)
-OLTP_TXN_SIZES = (1, 10, 50, 1000)
+#: changes per transaction of the production-like workloads (oltp1 ... oltp100000)
+OLTP_TXN_SIZES = (1, 10, 50, 1000, 100000)
 #: the second table of the oltp workloads (the narrow table is the first)
 ORDERS_COLS = [
     ("customer", "int4", "(g %% 5000)::int4"),

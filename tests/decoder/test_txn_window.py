@@ -1,10 +1,11 @@
 """Windows of small transactions (src/txn_window.pxi): runs of whole plain transactions
 whose typed rows the native core gathers per relation (and writes deletes among inserts
-in one column-pass block) must give exactly what the message-at-a-time path gives, and
-what the pure-Python reference gives: every typed table (row order, values, metadata:
-commit LSN, time, xid, seq, op), the change-event table, the same DecodeError (index,
-offset, type) with the same output before it when a message is damaged, whatever the
-feed boundaries."""
+in one column-pass block), and parts of a large open transaction gathered the same way,
+must give exactly what the message-at-a-time path gives, and what the pure-Python
+reference gives: every typed table (row order, values, metadata: commit LSN, time, xid,
+seq, op, origin), the change-event table, the same DecodeError (index, offset, type)
+with the same output before it when a message is damaged, whatever the feed
+boundaries."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from pgoutput_fast import Begin, Commit, Delete, Insert, Relation, RelationColumn, Update, Value, encode_message
+from pgoutput_fast import (
+    Begin, Commit, Delete, Insert, Origin, Relation, RelationColumn, Update, Value, encode_message,
+)
 from tests.decoder.test_decoder_parity import (
     IMPLS, StreamBuilder, allowed_cuts, assert_results_equal, damage_one, feed_both, make_decoder,
     run_feed, split,
@@ -174,3 +177,109 @@ def test_windows_are_taken_and_gather_across_transactions():
                        tb.column("_seq").to_pylist(), tb.column("_xid").to_pylist(),
                        tb.column("_commit_lsn").to_pylist()))
         assert got == expect[k]
+
+
+# -- parts of a large open transaction ------------------------------------------------------
+
+@WINDOW_SETTINGS
+@given(stream=small_txns(max_txns=3, plain_changes=300, relids=(16384, 16390, 16400)), data=st.data())
+def test_large_transactions_same_with_and_without_parts(stream, data):
+    """Transactions of up to 300 changes over three relations interleaved (with now and
+    then an Origin, a Relation repeat or a Truncate inside, which ends a part), fed in
+    pieces that cut transactions open, with and without a limit that spools them: the
+    parts change nothing, and the reference agrees."""
+    msgs, lsns = stream
+    options = data.draw(st.sampled_from([{}, {"events": False}, {"max_pending_bytes": 2000},
+                                         {"events": False, "binary_unknown": True}]))
+    cuts = allowed_cuts(msgs, data.draw(st.lists(st.integers(1, max(1, len(msgs) - 1)), max_size=3,
+                                                  unique=True)) if len(msgs) > 1 else [])
+    assert_windows_change_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))), **options)
+
+
+@WINDOW_SETTINGS
+@given(stream=small_txns(max_txns=2, plain_changes=300, relids=(16384, 16390)), data=st.data())
+def test_large_transactions_damaged_same_error(stream, data):
+    """One message damaged inside a part: the part is cut back to where it started, and
+    the usual path reports the error (index, offset, type) with the output of the last
+    commit before it."""
+    msgs, lsns = stream
+    damage_one(msgs, data)
+    assert_windows_change_nothing([(msgs, lsns)], **data.draw(st.sampled_from([{}, {"events": False}])))
+
+
+def _large_transaction(n_txns=2, per_txn=900, origin_at=None):
+    """Transactions of per_txn changes over three relations in turn (runs of one to
+    three changes), inserts, key updates with an old key and deletes; the first one the
+    initial snapshot's (xid 0). What each table must hold, built from the messages."""
+    rels = [Relation(16384 + k, "public", f"t{k}", "d",
+                     (RelationColumn(1, "id", 20, -1), RelationColumn(0, "v", 25, -1)), None)
+            for k in range(3)]
+    msgs, lsns, lsn = [], [], 100
+    expect = {k: [] for k in range(3)}
+    for r in rels:
+        msgs.append(encode_message(r))
+        lsns.append(0)
+    for t in range(n_txns):
+        final = lsn + 100_000
+        xid = 0 if t == 0 else 700 + t
+        origin = None
+        msgs.append(encode_message(Begin(final, 2_000_000 + t, xid)))
+        lsns.append(lsn)
+        c = k = 0
+        while c < per_txn:
+            if origin_at is not None and c == origin_at and origin is None:
+                msgs.append(encode_message(Origin(5, "upstream")))
+                lsns.append(0)
+                origin = "upstream"
+            k = (k + 1 + c % 2) % 3
+            for _ in range(1 + c % 3):
+                if c == per_txn:
+                    break
+                lsn += 8
+                key = (Value("t", str(c).encode()), None)
+                if c % 7 == 3:
+                    msgs.append(encode_message(Delete(16384 + k, "K", key)))
+                    op = "d"
+                elif c % 7 == 5:
+                    msgs.append(encode_message(Update(16384 + k, "K", key, (Value("t", str(c).encode()),
+                                                                          Value("t", f"u{c}".encode())))))
+                    op = "u"
+                else:
+                    msgs.append(encode_message(Insert(16384 + k, (Value("t", str(c).encode()),
+                                                                  Value("t", f"v{t}.{c}".encode())))))
+                    op = "r" if xid == 0 else "c"
+                lsns.append(lsn)
+                expect[k].append((c, op, c, xid, final, lsn, origin))
+                c += 1
+        msgs.append(encode_message(Commit(0, final, final + 8, 2_000_000 + t)))
+        lsns.append(final + 8)
+        lsn = final + 16
+    return msgs, lsns, expect
+
+
+@pytest.mark.parametrize("options", [{}, {"events": False}], ids=["both", "typed"])
+def test_parts_are_taken_and_keep_each_rows_seq_and_context(options):
+    """The path under test runs: 2 transactions of 900 changes over three relations in
+    runs of one to three; each typed table comes out in stream order with each row's own
+    seq (its place in the transaction), op, xid, commit LSN, LSN and origin (an Origin
+    arrives after the first 100 changes)."""
+    msgs, lsns, expect = _large_transaction(origin_at=100)
+    before = native._txn_parts_taken()
+    assert_windows_change_nothing([(msgs, lsns)], **options)
+    assert native._txn_parts_taken() > before
+    # fed whole, and cut inside the transactions (a part starts each later feed)
+    for cuts in ([], [500, 1400, 2500]):
+        dec = make_decoder(IMPLS["native"], **options)
+        got = {k: [] for k in range(3)}
+        for m, l in zip(split(msgs, cuts), split(lsns, cuts)):
+            cs = dec.feed(pa.array(m, pa.binary()), l)
+            for k in range(3):
+                tb = cs.tables.get(f"public.t{k}")
+                if tb is None:
+                    continue
+                got[k] += list(zip(tb.column("id").to_pylist(), tb.column("_op").to_pylist(),
+                                   tb.column("_seq").to_pylist(), tb.column("_xid").to_pylist(),
+                                   tb.column("_commit_lsn").to_pylist(), tb.column("_lsn").to_pylist(),
+                                   tb.column("_origin").to_pylist()))
+        for k in range(3):
+            assert got[k] == expect[k], (cuts, k)
