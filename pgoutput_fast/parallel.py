@@ -5,13 +5,20 @@
 
 The stream is cut where nothing is open (no Begin..Commit, stream block, streamed or
 prepared transaction: ``protocol.Grammar.at_rest``) into about as many pieces of equal
-size as there are workers. The relation catalog at each cut (the Relation and Type
-messages before it, applied in order to the starting catalog) is computed first, in one
-quick pass over those messages only; each piece is then decoded by its own ``Decoder``
-that starts from that catalog, on a thread of its own, and the pieces' outputs are
+size as there are workers. Each piece is decoded by its own ``Decoder``, on a thread of
+its own, starting from the relation catalog at its cut (the Relation and Type messages
+before it, applied in order to the starting catalog), and the pieces' outputs are
 joined in stream order (which is commit order): the change-event tables and each
 relation version's typed tables concatenated, the logical messages in order, the
 relation versions in the order one Decoder meets them.
+
+A piece starts as soon as it is known, while the rest is still being looked at: the cut
+nearest each byte target is looked for after a Commit, in the messages around it only;
+one pass over the type bytes from the last cut up to it (``message_scan``, in C without
+the GIL) proves that nothing is open there (only Begins and Commits in between, as many
+of each) and finds the Relation and Type messages that carry the catalog to it. Where a
+part holds anything else (stream blocks, prepared transactions), ``plan_cuts`` cuts the
+rest of the stream with the full grammar, as before.
 
 The native core lets go of the GIL while it writes blocks of rows (src/block_writers.pxi:
 the column pass, the change-event block writer, a window of small transactions), so
@@ -109,17 +116,15 @@ def message_layout(arr):
     return offs[:-1], np.diff(offs), data
 
 
-class Scan:
-    """What one pass over a stream's type bytes gives (``message_scan``): ``total``, its
-    bytes; ``types``, each message's type byte (0 for an empty one); ``rest``, 1 after each
-    message where no Begin is open; ``simple``, no control message but Begin and Commit
-    (else ``rest`` is not the whole story); ``starts(idx)``, where messages start, in
-    bytes from the first."""
+class Layout:
+    """Where a stream's messages are, from its offsets alone (nothing reads the messages):
+    ``total``, its bytes; ``starts(idx)``, where messages start, in bytes from the first;
+    ``index_at(nbytes)``, the message holding a byte."""
 
-    __slots__ = ("total", "types", "rest", "simple", "_chunks")
+    __slots__ = ("total", "_chunks")
 
-    def __init__(self, total, types, rest, simple, chunks):
-        self.total, self.types, self.rest, self.simple, self._chunks = total, types, rest, simple, chunks
+    def __init__(self, total, chunks):
+        self.total, self._chunks = total, chunks
 
     def starts(self, idx):
         idx = np.asarray(idx, np.int64)
@@ -138,24 +143,67 @@ class Scan:
         for first, n, base, offs in self._chunks:
             size = int(offs[-1]) - int(offs[0])
             if nbytes < base + size:
-                return first + int(np.searchsorted(offs[1:], nbytes - base + int(offs[0]), side="right"))
-        return len(self.types) - 1
+                # (the value in the offsets' own type: else numpy converts the whole array)
+                at = offs.dtype.type(nbytes - base + int(offs[0]))
+                return first + int(np.searchsorted(offs[1:], at, side="right"))
+        return max(0, self.n - 1)
+
+    @property
+    def n(self) -> int:
+        if not self._chunks:
+            return 0
+        first, n, _, _ = self._chunks[-1]
+        return first + n
 
 
-def message_scan(arr) -> Scan:
-    """One pass over the first bytes of the messages of a binary or large binary array, or
-    a ChunkedArray of those, in C (nothing else touches the messages): a ``Scan``."""
-    from . import _impl
-
+def _chunk_list(arr):
+    """(chunk, its large flag, its offsets as numpy) of each non-empty chunk."""
     chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
-    types, rest, kept, first, base, depth, simple = [], [], [], 0, 0, 0, True
+    out = []
     for c in chunks:
         n = len(c)
         if n == 0:
             continue
         large = pa.types.is_large_binary(c.type)
+        offs = np.frombuffer(c.buffers()[1], np.int64 if large else np.int32)[c.offset:c.offset + n + 1]
+        out.append((c, large, offs))
+    return out
+
+
+def message_layout_of(arr) -> Layout:
+    """The Layout of a binary or large binary array, or a ChunkedArray of those."""
+    kept, first, base = [], 0, 0
+    for c, _large, offs in _chunk_list(arr):
+        kept.append((first, len(c), base, offs))
+        first += len(c)
+        base += int(offs[-1]) - int(offs[0])
+    return Layout(base, kept)
+
+
+class Scan(Layout):
+    """What one pass over a stream's type bytes gives (``message_scan``): a Layout, and
+    ``types``, each message's type byte (0 for an empty one); ``rest``, 1 after each
+    message where no Begin is open; ``depth``, Begins minus Commits after the last (from
+    the depth the scan started at); ``simple``, no control message but Begin and Commit
+    (else ``rest`` is not the whole story)."""
+
+    __slots__ = ("types", "rest", "simple", "depth")
+
+    def __init__(self, total, types, rest, simple, chunks, depth=0):
+        super().__init__(total, chunks)
+        self.types, self.rest, self.simple, self.depth = types, rest, simple, depth
+
+
+def message_scan(arr, depth: int = 0) -> Scan:
+    """One pass over the first bytes of the messages of a binary or large binary array, or
+    a ChunkedArray of those, in C (nothing else touches the messages): a ``Scan``.
+    depth: Begins open before the first message."""
+    from . import _impl
+
+    types, rest, kept, first, base, simple = [], [], [], 0, 0, True
+    for c, large, offs in _chunk_list(arr):
+        n = len(c)
         bufs = c.buffers()
-        offs = np.frombuffer(bufs[1], np.int64 if large else np.int32)[c.offset:c.offset + n + 1]
         data = memoryview(bufs[2]).cast("B") if bufs[2] is not None else None
         t, r, depth, s = _impl._message_scan(memoryview(bufs[1]).cast("B"), data, c.offset, n, large, depth)
         types.append(np.frombuffer(t, np.uint8))
@@ -165,10 +213,10 @@ def message_scan(arr) -> Scan:
         first += n
         base += int(offs[-1]) - int(offs[0])
     if not types:
-        return Scan(0, np.zeros(0, np.uint8), np.zeros(0, np.uint8), True, [])
+        return Scan(0, np.zeros(0, np.uint8), np.zeros(0, np.uint8), True, [], depth)
     one = len(types) == 1
     return Scan(base, types[0] if one else np.concatenate(types), rest[0] if one else np.concatenate(rest),
-                simple, kept)
+                simple, kept, depth)
 
 
 def plan_cuts(messages, pieces: int, _layout=None) -> list:
@@ -187,7 +235,10 @@ def plan_cuts(messages, pieces: int, _layout=None) -> list:
         g = _Tracker()
         after = np.zeros(len(control), bool)
         for k, i in enumerate(control.tolist()):
-            g.step(arr[i].as_py())
+            try:
+                g.step(arr[i].as_py())
+            except Exception:  # noqa: BLE001 - a malformed control message: the Decoder
+                break          # reports it; no cut after it
             after[k] = g.at_rest
         # rest[i]: nothing open after message i (the state of the last control message up to i)
         seg = np.diff(np.concatenate(([0], control, [n])))
@@ -331,7 +382,14 @@ def decode_parallel(messages, lsn=None, *, workers: int | None = None,
 def _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs):
     """decode_parallel, and the Decoder of the last piece: what it holds back (its
     pending()) is what one Decoder would hold back, since no piece ends with anything
-    open (the command line's decode reports it)."""
+    open (the command line's decode reports it).
+
+    The pieces start as soon as each is known, while the rest of the stream is still
+    being looked at: a cut is looked for next to each byte target (after a Commit), and
+    the type bytes from the last cut up to it are scanned (``message_scan``, without the
+    GIL) to prove nothing is open there and to carry the catalog to it; that piece then
+    starts on its thread. A part of the stream with streams or prepared transactions in
+    it (where a Commit does not close all) is cut by ``plan_cuts`` from there on."""
     from . import _impl
 
     if workers is None:
@@ -341,28 +399,25 @@ def _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs):
     pieces = max(1, int(pieces or workers))
     catalog = catalog.copy() if catalog is not None else RelationCatalog()
     arr = _as_array(messages)
+    n = len(arr)
     if lsn is not None:
         lsn_np = _lsn_numpy(lsn)
-        if len(lsn_np) != len(arr):
-            raise ValueError(f"lsn has {len(lsn_np)} values for {len(arr)} messages")
+        if len(lsn_np) != n:
+            raise ValueError(f"lsn has {len(lsn_np)} values for {n} messages")
     else:
         lsn_np = None
-    layout = message_scan(arr) if pieces > 1 else None
+    layout = message_layout_of(arr) if pieces > 1 and n > 1 else None
     if layout is not None and not explicit:
         # (a piece of less than MIN_PIECE_BYTES costs more in its thread than it saves)
         pieces = max(1, min(pieces, layout.total // MIN_PIECE_BYTES))
-    cuts = plan_cuts(arr, pieces, layout) if pieces > 1 else []
-    if cuts:
-        try:
-            snapshots, order, _ = _catalogs_at(arr, lsn_np, cuts, catalog, _impl.decode_message, layout)
-        except Exception:  # noqa: BLE001 - one Decoder reports it as it would
-            # a Relation or Type message that does not decode or apply: one Decoder reports it
-            cuts = []
-    if not cuts:
+    if layout is None or pieces <= 1:
         one = Decoder(catalog, **decoder_kwargs)
         return one.feed(arr, lsn_np), one
-    bounds = list(zip([0] + cuts, cuts + [len(arr)]))
-    decoders = [Decoder(snapshots[k], **decoder_kwargs) for k in range(len(bounds))]
+
+    bounds: list = []
+    decoders: list = []
+    futures: list = []
+    pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
 
     def run(k):
         lo, hi = bounds[k]
@@ -371,20 +426,112 @@ def _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs):
         except DecodeError as exc:
             return getattr(exc, "changes", None), exc
 
-    if workers == 1:
-        results = [run(k) for k in range(len(bounds))]
-    else:
-        with ThreadPoolExecutor(max_workers=min(workers, len(bounds))) as pool:
-            results = list(pool.map(run, range(len(bounds))))
+    def start(lo, hi, cat):
+        bounds.append((lo, hi))
+        decoders.append(Decoder(cat, **decoder_kwargs))
+        k = len(bounds) - 1
+        futures.append(pool.submit(run, k) if pool is not None else k)
+
+    try:
+        cat = catalog.copy()
+        order = _catalog_order(cat)
+        lo = 0                                   # where the next piece starts (nothing open)
+        rest_from = None                         # where plan_cuts takes over
+        for k in range(1, pieces):
+            cut = _cut_near(arr, layout, layout.total * k / pieces, lo)
+            if cut is None:
+                continue
+            seg = message_scan(arr.slice(lo, cut - lo))
+            if not seg.simple or seg.depth != 0:
+                rest_from = lo                   # (streams, prepared: the grammar decides)
+                break
+            snapshot = cat.copy()
+            try:
+                _apply_catalog(arr, lsn_np, lo, seg.types, cat, order, _impl.decode_message)
+            except Exception:  # noqa: BLE001 - the piece's Decoder reports it as it would
+                cat = None
+                break
+            start(lo, cut, snapshot)
+            lo = cut
+        if cat is None:
+            start(lo, n, snapshot)               # (it raises where the catalog fails)
+        elif rest_from is None:
+            start(lo, n, cat)
+        else:
+            sub = arr.slice(lo, n - lo)
+            sub_lsn = None if lsn_np is None else lsn_np[lo:]
+            cuts = plan_cuts(sub, pieces - len(bounds))
+            snaps = None
+            if cuts:
+                try:
+                    snaps, sub_order, _ = _catalogs_at(sub, sub_lsn, cuts, cat, _impl.decode_message)
+                except Exception:  # noqa: BLE001 - one Decoder reports it as it would
+                    snaps = None
+            if snaps is None:
+                start(lo, n, cat)
+            else:
+                for key in sub_order:
+                    order.setdefault(key, None)
+                for (a, b), snap in zip(zip([0] + cuts, cuts + [n - lo]), snaps):
+                    start(lo + a, lo + b, snap)
+        results = [f.result() if pool is not None else run(f) for f in futures]
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
     parts: list = []
+    order_list = list(order)
     for k, (changes, exc) in enumerate(results):
         if exc is not None:
             if exc.message_index is not None:
                 exc.message_index += bounds[k][0]
-            exc.changes = _join(parts + ([changes] if changes is not None else []), order)
+            exc.changes = _join(parts + ([changes] if changes is not None else []), order_list)
             raise exc
         parts.append(changes)
-    return _join(parts, order), decoders[-1]
+    if len(parts) == 1:
+        return parts[0], decoders[-1]
+    return _join(parts, order_list), decoders[-1]
+
+
+def _catalog_order(cat) -> dict:
+    """The relation versions a Decoder started from cat makes builders for, in order."""
+    order: dict = {}
+    for v in cat.versions():
+        if cat.current(v.relid) is v:
+            order.setdefault((v.relid, v.version), None)
+    return order
+
+
+def _apply_catalog(arr, lsns, lo, types, cat, order, decode_message):
+    """Apply the Relation and Type messages of arr[lo:lo + len(types)] (a part with no
+    stream block: simple) to cat, noting new relation versions in order."""
+    for i in np.flatnonzero((types == P.RELATION) | (types == P.TYPE)).tolist():
+        msg = decode_message(arr[lo + i].as_py())
+        if types[i] == P.TYPE:
+            cat.apply_type(msg)
+        else:
+            v = cat.apply_relation(msg, int(lsns[lo + i]) if lsns is not None else 0)
+            order.setdefault((v.relid, v.version), None)
+
+
+def _cut_near(arr, layout, want, after):
+    """The cut after a Commit nearest to byte ``want``, past message ``after`` and before
+    the last message; None when there is none."""
+    n = layout.n
+    t = layout.index_at(int(want))
+    span = 256
+    while True:
+        lo, hi = max(after, t - span), min(n, t + span)
+        if lo < hi:
+            types = message_scan(arr.slice(lo, hi - lo)).types
+            # a cut before message i where message i - 1 is a Commit
+            found = (lo + 1 + np.flatnonzero(types == P.COMMIT)).tolist()
+            found = [c for c in found if after < c < n]
+            if found:
+                ends = layout.starts(found)
+                return found[int(np.argmin(np.abs(ends - want)))]
+        if lo <= after and hi >= n:
+            return None
+        span *= 8
 
 
 def cpu_count() -> int:

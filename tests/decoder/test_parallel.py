@@ -143,3 +143,71 @@ def test_unknown_array_text_in_one_piece_binary_in_the_other():
         got = decode_parallel(msgs, lsns, workers=2, pieces=pieces)
         assert len(plan_cuts(msgs, pieces)) >= 1
         assert_same(got, want, f"pieces={pieces}")
+
+
+def _outcome(fn):
+    try:
+        return ("ok", None, fn())
+    except DecodeError as exc:
+        return ("error", (exc.message_index, exc.offset, exc.message_type), exc.changes)
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(stream=_generated()(max_steps=14), data=st.data())
+def test_damaged_streams_same_error_as_one_decoder(stream, data):
+    """A damaged message anywhere (often a Relation or Type message, which the planner
+    applies to carry the catalog to each cut; or a Begin or Commit, which it reads to
+    find the cuts): the outcome one Decoder gives, the same error (index, offset, type)
+    with the same committed changes before it."""
+    from tests.decoder.test_decoder_parity import damage_one
+
+    msgs, lsns = stream
+    catalog_msgs = [i for i, m in enumerate(msgs) if bytes(m[:1]) in (b"R", b"Y")]
+    if catalog_msgs and data.draw(st.booleans()):
+        i = data.draw(st.sampled_from(catalog_msgs))
+        msgs[i] = bytes(msgs[i])[:data.draw(st.integers(1, len(msgs[i]) - 1))]
+    else:
+        damage_one(msgs, data)
+    options = data.draw(st.sampled_from(OPTIONS))
+    pieces = data.draw(st.integers(2, 8))
+    want = _outcome(lambda: pgoutput_fast.Decoder(**options).feed(msgs, lsns))
+    got = _outcome(lambda: decode_parallel(msgs, lsns, workers=2, pieces=pieces, **options))
+    assert got[:2] == want[:2], (got[:2], want[:2])
+    if want[2] is not None:
+        assert_same(got[2], want[2], f"pieces={pieces}")
+
+
+def test_a_bad_relation_message_in_a_later_piece():
+    """Two relations redefined now and then over 300 small transactions; one Relation
+    message past the middle cut short: the planner cannot carry the catalog over it, and
+    the error is the one one Decoder raises, with the changes before it."""
+    from pgoutput_fast import Begin, Commit, Insert, Relation, RelationColumn, Value, encode_message
+
+    msgs, lsn, bad = [], 100, None
+    for t in range(300):
+        msgs.append(encode_message(Begin(lsn + 50, 7, 900 + t)))
+        if t % 40 == 0:
+            for k in range(2):
+                cols = tuple(RelationColumn(1, "id", 20, -1) for _ in range(1)) + tuple(
+                    RelationColumn(0, f"c{j}", 25, -1) for j in range(1 + t // 40 % 3))
+                msgs.append(encode_message(Relation(16384 + k, "public", f"t{k}", "d", cols)))
+                if t == 200 and k == 1:
+                    bad = len(msgs) - 1
+        for k in range(2):
+            ncols = 2 + t // 40 % 3
+            msgs.append(encode_message(Insert(16384 + k, tuple(Value("t", str(t + j).encode())
+                                                               for j in range(ncols)))))
+        msgs.append(encode_message(Commit(0, lsn + 50, lsn + 60, 7)))
+        lsn += 100
+    lsns = list(range(1, len(msgs) + 1))
+    whole = pgoutput_fast.Decoder().feed(msgs, lsns)
+    for pieces in (2, 3, 5):
+        assert_same(decode_parallel(msgs, lsns, workers=2, pieces=pieces), whole, f"pieces={pieces}")
+    msgs[bad] = bytes(msgs[bad])[:-3]
+    want = _outcome(lambda: pgoutput_fast.Decoder().feed(msgs, lsns))
+    assert want[0] == "error" and want[1][0] == bad
+    for pieces in (2, 3, 5):
+        got = _outcome(lambda: decode_parallel(msgs, lsns, workers=2, pieces=pieces))
+        assert got[:2] == want[:2], pieces
+        assert_same(got[2], want[2], f"pieces={pieces}")
