@@ -219,8 +219,8 @@ cdef class DecoderCore:
             self.txn_rel_log = []
         try:
             while i < nrefs:
-                if (self.state == ST_TXN and not self.txn_spooled and self.want_tables
-                        and g_windows and i >= skip and refs[i].n >= 5
+                if (self.state == ST_TXN and not self.txn_spooled
+                        and (self.want_tables or self.want_events) and g_windows and i >= skip and refs[i].n >= 5
                         and (refs[i].p[0] == MSG_INSERT or refs[i].p[0] == MSG_UPDATE
                              or refs[i].p[0] == MSG_DELETE)):
                     # a large transaction's changes to several tables: gathered per relation

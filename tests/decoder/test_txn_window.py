@@ -189,7 +189,7 @@ def test_large_transactions_same_with_and_without_parts(stream, data):
     pieces that cut transactions open, with and without a limit that spools them: the
     parts change nothing, and the reference agrees."""
     msgs, lsns = stream
-    options = data.draw(st.sampled_from([{}, {"events": False}, {"max_pending_bytes": 2000},
+    options = data.draw(st.sampled_from([{}, {"events": False}, {"tables": False}, {"max_pending_bytes": 2000},
                                          {"events": False, "binary_unknown": True}]))
     cuts = allowed_cuts(msgs, data.draw(st.lists(st.integers(1, max(1, len(msgs) - 1)), max_size=3,
                                                   unique=True)) if len(msgs) > 1 else [])
@@ -257,12 +257,13 @@ def _large_transaction(n_txns=2, per_txn=900, origin_at=None):
     return msgs, lsns, expect
 
 
-@pytest.mark.parametrize("options", [{}, {"events": False}], ids=["both", "typed"])
+@pytest.mark.parametrize("options", [{}, {"events": False}, {"tables": False}], ids=["both", "typed", "events"])
 def test_parts_are_taken_and_keep_each_rows_seq_and_context(options):
     """The path under test runs: 2 transactions of 900 changes over three relations in
-    runs of one to three; each typed table comes out in stream order with each row's own
-    seq (its place in the transaction), op, xid, commit LSN, LSN and origin (an Origin
-    arrives after the first 100 changes)."""
+    runs of one to three; each typed table (or each relation's rows of the change-event
+    table) comes out in stream order with each row's own seq (its place in the
+    transaction), op, xid, commit LSN, LSN and origin (an Origin arrives after the first
+    100 changes)."""
     msgs, lsns, expect = _large_transaction(origin_at=100)
     before = native._txn_parts_taken()
     assert_windows_change_nothing([(msgs, lsns)], **options)
@@ -273,6 +274,18 @@ def test_parts_are_taken_and_keep_each_rows_seq_and_context(options):
         got = {k: [] for k in range(3)}
         for m, l in zip(split(msgs, cuts), split(lsns, cuts)):
             cs = dec.feed(pa.array(m, pa.binary()), l)
+            if options.get("tables") is False:
+                # the change-event table: each relation's rows, in stream order
+                ev = cs.events
+                for row in zip(ev.column("relid").to_pylist(), ev.column("after").to_pylist(),
+                               ev.column("before").to_pylist(), ev.column("op").to_pylist(),
+                               ev.column("seq").to_pylist(), ev.column("xid").to_pylist(),
+                               ev.column("commit_lsn").to_pylist(), ev.column("lsn").to_pylist(),
+                               ev.column("origin").to_pylist()):
+                    relid, after, before, op, *rest = row
+                    image = dict(after if after is not None else before)
+                    got[relid - 16384].append((int(image["id"]), op, *rest))
+                continue
             for k in range(3):
                 tb = cs.tables.get(f"public.t{k}")
                 if tb is None:
