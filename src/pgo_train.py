@@ -223,6 +223,21 @@ def _pool(rng, table, binary, xid=None, size=600):
     return ins, upd, dele
 
 
+def _interleaved(rng, a, b, n):
+    """n changes of two tables' pools, in runs of one to three of each."""
+    xs, ys = _changes(rng, a, n), _changes(rng, b, n)
+    out, i, j = [], 0, 0
+    while len(out) < n:
+        run = rng.randrange(1, 4)
+        if rng.random() < 0.7:
+            out.extend(xs[i:i + run])
+            i += run
+        else:
+            out.extend(ys[j:j + run])
+            j += run
+    return out[:n]
+
+
 def _changes(rng, pool, n):
     """n encoded changes: runs of inserts, of updates and of deletes."""
     ins, upd, dele = pool
@@ -271,6 +286,14 @@ def _stream(binary: bool, seed: int, rows: int):
             txn(_changes(rng, pools[t.relid], n))
             left -= n
             kept += n
+    # small transactions over two tables interleaved in short runs (the windows), then
+    # one large transaction of that shape (its parts)
+    left = int(rows * 0.1)
+    while left > 0:
+        n = min(left, rng.randrange(1, 60)) if left > rows * 0.05 else left
+        txn(_interleaved(rng, pools[narrow.relid], pools[full.relid], n), with_rel=False)
+        left -= n
+        kept += n
     txn([encode_message(Truncate(0, (narrow.relid,), None))], with_rel=False)
     # streamed transactions (a third of the changes), each ending with a subtransaction
     # aborted inside the stream
