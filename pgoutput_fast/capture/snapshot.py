@@ -1249,7 +1249,17 @@ def _copy_native(native, conn, table, ti, sql, binary, chunk_bytes, emit) -> tup
 
 
 def _copy_failed(table, text):
+    """The error of a COPY that failed: the connection lost (the server restarting or
+    shutting down, the network) is transient, ``ConnectionLost``: the capture reconnects
+    and copies the snapshot again with a new slot (nothing was confirmed from this one);
+    anything else (a permission, a missing table) is the server's refusal."""
+    from .dsn import _TRANSIENT
+    from .stream import ConnectionLost
+
     first = (text.strip().splitlines() or ["?"])[0]
+    low = text.lower()
+    if any(needle in low for needle in _TRANSIENT) or "connection" in low and "closed" in low:
+        return ConnectionLost(f"copying {table.qualified} for the snapshot: {first}")
     return ServerRefused(f"copying {table.qualified} for the snapshot failed: {first}. Nothing "
                          "was confirmed; fix the cause (e.g. GRANT SELECT to the capture's role) "
                          "and start capture again: the snapshot is copied again")

@@ -350,6 +350,31 @@ def test_kill_mid_snapshot_then_restart(world, tmp_path):
         cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
 
 
+def test_a_copy_cut_by_the_server_going_away_is_retried():
+    """A snapshot COPY that fails because the server went away (a restart, a shutdown,
+    the network) is ConnectionLost, which the capture retries: it reconnects, drops the
+    slot nothing was confirmed from and copies again with a new one. A refusal (a
+    permission) stops it with one line that says what to do."""
+    from pgoutput_fast.capture.errors import ServerRefused
+    from pgoutput_fast.capture.snapshot import _copy_failed
+    from pgoutput_fast.capture.stream import ConnectionLost
+
+    class Table:
+        qualified = "public.t"
+
+    for text in ("FATAL:  terminating connection due to administrator command\n",
+                 "server closed the connection unexpectedly\n\tThis probably means the server "
+                 "terminated abnormally\n",
+                 "could not receive data from server: Connection reset by peer\n",
+                 "SSL connection has been closed unexpectedly\n"):
+        err = _copy_failed(Table, text)
+        assert isinstance(err, ConnectionLost), text
+        assert "public.t" in str(err)
+    err = _copy_failed(Table, "ERROR:  permission denied for table t\n")
+    assert isinstance(err, ServerRefused) and "GRANT SELECT" in str(err)
+    assert not isinstance(err, ConnectionLost)
+
+
 @pytest.mark.postgres
 def test_refusals(world, tmp_path):
     """A slot that moved after its snapshot was cut short is refused (exit 5, nothing
