@@ -121,6 +121,28 @@ cdef struct WinGroup:                # a relation of the window, for window_type
     Py_ssize_t done                  # of its gathered run, the rows window_typed wrote
 
 
+cdef inline void window_scan_init(WinScan *ws, Py_ssize_t k, bint part,
+                                  int64_t seq0) noexcept nogil:
+    """A scan from refs[k]: a window's (part False: k its first Begin), or a part's of
+    the open transaction (part True: its changes from refs[k + 1] on, seq0 their first
+    seq; the scan starts inside the transaction, so it meets no Begin and no Commit)."""
+    ws.k = k
+    ws.q = k + 1
+    ws.c0 = 0
+    ws.open = part
+    ws.stop = False
+    ws.part = part
+    ws.seq0 = seq0
+    ws.nruns = 0
+    ws.nch = ws.ntx = ws.nbytes = 0
+    ws.ngroups = 0
+    ws.last_group = -1
+    ws.last_relid = 0
+    ws.final_lsn = 0
+    ws.ts = 0
+    ws.need = 0
+
+
 cdef int window_lists(DecoderCore self) except -1:
     """Room for a window's lists (kept by the Decoder from one window to the next)."""
     if (buf_reserve(&self.win_txn, sizeof(WinTxn) * WIN_MAX_TXNS) < 0
@@ -181,16 +203,7 @@ cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
 
     # 1. the window: whole transactions of changes only (without the GIL; the scan
     # stops at each relation it has not met yet, which the catalog of builders names)
-    ws.k = i
-    ws.open = False
-    ws.stop = False
-    ws.part = False
-    ws.seq0 = 0
-    ws.nruns = 0
-    ws.nch = ws.ntx = ws.nbytes = 0
-    ws.ngroups = 0
-    ws.last_group = -1
-    ws.last_relid = 0
+    window_scan_init(&ws, i, False, 0)
     window_scan_all(self, &ws, refs, i, nrefs, groups)
     k = ws.k
     nch = ws.nch
@@ -257,20 +270,8 @@ cdef Py_ssize_t window_part_run(DecoderCore self, const MsgRef *refs, Py_ssize_t
     window_lists(self)
     tx = <WinTxn *>self.win_txn.data
     grp = <int32_t *>self.win_grp.data
-    ws.k = i - 1                         # (the "Begin": chg_at counts from here)
-    ws.q = i
-    ws.c0 = 0
-    ws.open = True
-    ws.stop = False
-    ws.part = True
-    ws.seq0 = self.ctx.seq
-    ws.nruns = 0
-    ws.nch = ws.ntx = ws.nbytes = 0
-    ws.ngroups = 0
-    ws.last_group = -1
-    ws.last_relid = 0
-    ws.final_lsn = <uint64_t>self.ctx.commit_lsn
-    ws.ts = 0
+    # (k = i - 1: where the "Begin" would be; chg_at counts from it)
+    window_scan_init(&ws, i - 1, True, self.ctx.seq)
     window_scan_all(self, &ws, refs, i, nrefs, groups)
     nch = ws.nch
     ngroups = ws.ngroups
