@@ -10,6 +10,9 @@
   before every streamed change.
 * kill -9 in the middle of the copy: readers see no segment meanwhile; the restart
   drops the slot, copies again, and the result is the same.
+* PostgreSQL restarted (fast, immediate) in the middle of the copy: the cut COPY is
+  retried as a lost connection, the slot dropped, the snapshot copied again; every row
+  once.
 * Refusals: a slot that moved after a snapshot was cut short (exit 5), an existing slot
   for a new directory (exit 4).
 """
@@ -550,6 +553,168 @@ def test_stop_mid_snapshot_drops_the_slot(world, tmp_path):
     assert capture.load_state(out).snapshot["state"] == "done" and capture.segment_paths(out)
     with world["conn"].cursor() as cur:
         cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_postgres_restart_mid_snapshot(tmp_path, monkeypatch, mode):
+    """PostgreSQL itself restarts (a clean shutdown, and a crash) while the snapshot's
+    COPY runs: the COPY cut short is ConnectionLost, the capture reconnects, drops the
+    slot nothing was confirmed from (``_drop_stale_slot``), removes the partial
+    snapshot, copies again with a new slot and streams from there: every row of the
+    table exactly once (a row committed during the first copy in the second snapshot),
+    the changes after it once, as PostgreSQL's SELECT says."""
+    from pgoutput_fast.capture import runner
+    from pgoutput_fast.capture import snapshot as snapshot_mod
+    from pgoutput_fast.local_server import PostgresServer, find_bindir
+
+    if find_bindir(required=False) is None:
+        pytest.skip("no PostgreSQL server binaries")
+    events: list = []
+    event = runner._Progress.event
+
+    def record(self, name, **fields):
+        events.append((name, fields))
+        event(self, name, **fields)
+
+    monkeypatch.setattr(runner._Progress, "event", record)
+    stale: list = []
+    drop_stale = snapshot_mod._drop_stale_slot
+
+    def record_drop(stream, cfg, snap, progress):
+        before = stream.slot_info(cfg.slot)
+        drop_stale(stream, cfg, snap, progress)
+        stale.append((dict(snap), before, stream.slot_info(cfg.slot)))
+
+    monkeypatch.setattr(snapshot_mod, "_drop_stale_slot", record_drop)
+
+    def copying(c):
+        with c.cursor() as cur:
+            cur.execute("SELECT count(*) FROM pg_stat_activity "
+                        "WHERE state = 'active' AND query ILIKE 'COPY%'")
+            return cur.fetchone()[0]
+
+    def ids_by_op(out):
+        got: dict = {}
+        for cs in _decode(out):
+            if "public.t" in cs.tables:
+                t = cs.tables["public.t"]
+                for i, op in zip(t.column("id").to_pylist(), t.column("_op").to_pylist()):
+                    got.setdefault(op, []).append(i)
+        return got
+
+    slot = "rs_snap"
+    rows = 40000
+    # crash-safe settings: the harness default (fsync, synchronous_commit off) lets an
+    # immediate shutdown lose acknowledged commits in PostgreSQL itself
+    with PostgresServer(extra_conf={"fsync": "on", "synchronous_commit": "on"}) as srv:
+        conn = srv.connect()
+        workload._exec(conn, "CREATE TABLE t (id int PRIMARY KEY, pad text)")
+        # about 75 chunks of 64 kB: with the chunk delay the copy lasts about 4 s
+        workload._exec(conn, "INSERT INTO t SELECT g, repeat(md5(g::text), 3) "
+                             "FROM generate_series(1, %s) g", (rows,))
+        out = str(tmp_path / "cap")
+        # over the unix socket: its buffers are small (TCP over loopback buffers tens of
+        # MB), so the server's COPY waits for the slow reader and is still running, not
+        # finished into the buffers, when the server goes away
+        dsn = f"host={srv.sockdir} port={srv.port} dbname=postgres user=postgres"
+        cfg = CaptureConfig(dsn, slot, "rs_snap_pub", out, create_slot=True,
+                            segment_seconds=0.1, progress="off", max_backoff=0.5,
+                            chunk_bytes=64 << 10, segment_bytes=256 << 10)
+        cfg.snapshot_chunk_delay = 0.05
+        stop = threading.Event()
+        box: dict = {}
+
+        def target():
+            try:
+                box["result"] = capture.run_capture(cfg, stop)
+            except BaseException as exc:
+                box["error"] = exc
+
+        th = threading.Thread(target=target, daemon=True)
+        th.start()
+        try:
+            # the first copy is under way: a snapshot segment durable, the COPY running
+            wait_until(lambda: "error" in box or not th.is_alive() or (
+                (_snapshot_state(out) or {}).get("state") == "copying"
+                and capture.load_state(out).last_segment >= 1 and copying(conn)),
+                timeout=60, what="the first snapshot COPY")
+            assert th.is_alive() and "error" not in box, box
+            point1 = _snapshot_state(out)["consistent_point"]
+            # committed after the first slot's consistent point: in the second snapshot
+            for i in range(rows + 1, rows + 11):
+                workload._exec(conn, "INSERT INTO t VALUES (%s, 'during')", (i,))
+            cfg.snapshot_chunk_delay = 0.0          # the second copy at full speed
+            assert copying(conn), "the COPY ended before the restart"
+            assert (_snapshot_state(out) or {}).get("state") == "copying"
+            conn.close()
+            srv.restart(mode)
+            conn = srv.connect()
+            wait_until(lambda: "error" in box or not th.is_alive() or (
+                (_snapshot_state(out) or {}).get("state") == "done"),
+                timeout=60, what="the second snapshot")
+            assert th.is_alive() and "error" not in box, box
+            # streamed changes, after the second snapshot
+            after = list(range(2 * rows, 2 * rows + 20))
+            for k in range(0, 20, 5):
+                workload._exec(conn, "INSERT INTO t SELECT g, 'after' FROM unnest(%s::int[]) g",
+                               (after[k:k + 5],))
+            end = sqlcapture.wait_for_wal_flush(conn)
+            with conn.cursor() as cur:
+                cur.execute("SELECT id FROM t ORDER BY id")
+                truth = [r[0] for r in cur.fetchall()]
+
+            def caught_up():
+                assert th.is_alive() and "error" not in box, box
+                st = capture.load_state(out)
+                return (st.durable_lsn >= end - 1000
+                        and sorted(i for v in ids_by_op(out).values() for i in v) == truth)
+
+            wait_until(caught_up, timeout=60, what="the changes after the snapshot")
+        finally:
+            stop.set()
+            th.join(60)
+        assert not th.is_alive(), "capture did not stop"
+        assert "error" not in box, box.get("error")
+        result = box["result"]
+        assert result.reconnects >= 1, result
+        names = [e for e, _ in events]
+        # the COPY cut by the restart was retried as a lost connection
+        lost = [f["error"] for e, f in events if e == "disconnected"]
+        assert any("for the snapshot" in err for err in lost), lost
+        # two slots with two exported snapshots; one snapshot completed
+        slots = [f["consistent_point"] for e, f in events if e == "snapshot_slot"]
+        assert len(slots) == 2 and slots[0] != slots[1], slots
+        assert names.count("snapshot_start") == 2 and names.count("snapshot_done") == 1, names
+        # the restart found the first snapshot cut short and the slot nothing was
+        # confirmed from; it was dropped (by _drop_stale_slot, or already by the failed
+        # copy when its connection outlived the COPY's)
+        assert len(stale) == 1, stale
+        snap1, before, after_drop = stale[0]
+        assert snap1["state"] == "copying" and snap1["consistent_point"] == point1, snap1
+        assert after_drop is None, after_drop
+        assert names.count("dropped_slot") == 1, names
+        if before is not None:
+            from pgoutput_fast.lsn import format_lsn
+
+            assert before[0] == point1, (format_lsn(before[0]), format_lsn(point1))
+            assert any(e == "dropped_slot" and "exported snapshot died" in f.get("note", "")
+                       for e, f in events), events
+        assert "snapshot_reset" in names, names      # the partial snapshot's segments went
+        st = capture.load_state(out)
+        assert st.snapshot["state"] == "done" and st.snapshot["consistent_point"] != point1
+        assert result.snapshot["rows"] == rows + 10, result.snapshot
+        got = ids_by_op(out)
+        # every row of the table once: the snapshot ones as 'r', the later ones streamed
+        assert set(got) == {"r", "c"}, set(got)
+        assert sorted(got["r"]) == list(range(1, rows + 11)), len(got["r"])
+        assert got["c"] == after, got["c"]
+        assert sorted(got["r"] + got["c"]) == truth
+        with conn.cursor() as cur:
+            cur.execute("SELECT slot_name FROM pg_replication_slots")
+            assert [r[0] for r in cur.fetchall()] == [slot]
+            cur.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        conn.close()
 
 
 @pytest.mark.postgres
