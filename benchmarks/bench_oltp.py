@@ -5,7 +5,9 @@ workloads ``oltp1``, ``oltp10``, ``oltp50``, ``oltp1000``, ``oltp100000``): the 
 changes committed 1, 10, 50, 1,000 or 100,000 per transaction (the last a batch job: two
 transactions), each transaction mixing the 10-column narrow table
 (three changes in four) and an 8-column orders table, 70 % inserts, 20 % updates, 10 %
-deletes, one row per statement; protocol 1, text and binary mode. A tenth of the corpus
+deletes, one row per statement; protocol 1, text and binary mode. ``oltpstream`` is
+oltp100000's batch job streamed (protocol 2, ``streaming on``,
+``logical_decoding_work_mem`` 64kB: stream segments of about 300 changes). A tenth of the corpus
 rows (``PGOUTPUT_FAST_CORPUS_ROWS``, default 2,000,000) in changes: 200,000.
 
 Outputs: ``typed`` = ``Decoder(events=False)``, ``events`` = ``Decoder(tables=False)``,
@@ -29,7 +31,7 @@ from pgoutput_fast.decoder import Decoder
 ROWS = corpus.DEFAULT_ROWS
 USES_CORPUS = True              # (conftest builds the workloads the selected tests need, first)
 SIZES = corpus.OLTP_TXN_SIZES
-WORKLOADS = [(f"oltp{k}", m) for k in SIZES for m in ("text", "binary")]
+WORKLOADS = [(w, m) for w in [f"oltp{k}" for k in SIZES] + ["oltpstream"] for m in ("text", "binary")]
 PATHS = {"typed": dict(events=False), "events": dict(tables=False), "both": {}}
 
 

@@ -95,6 +95,9 @@ def _txn_windows_taken() -> int:
 def _txn_parts_taken() -> int:
     """Parts of large open transactions gathered per relation in this process so far (tests)."""
 
+def _pending_parts_taken() -> int:
+    """Parts of streamed, prepared or spooled transactions gathered so far (tests)."""
+
 def _message_scan(offsets: Any, data: Any, first: int, n: int, large: bool,
                   depth: int = 0) -> tuple[bytearray, bytearray, int, bool]:
     """(types, rest, depth, simple) of messages first..first+n of a binary array: type bytes, at rest after each."""

@@ -234,6 +234,16 @@ cdef class DecoderCore:
                     if i >= nrefs:
                         break
                 elif self.state != ST_NONE and (self.state != ST_TXN or self.txn_spooled):
+                    if ((self.want_tables or self.want_events) and g_windows and i >= skip
+                            and refs[i].n >= 5 and (refs[i].p[0] == MSG_INSERT
+                                                    or refs[i].p[0] == MSG_UPDATE
+                                                    or refs[i].p[0] == MSG_DELETE)):
+                        # a streamed or prepared transaction's changes to several
+                        # tables: gathered per relation, then spooled
+                        k = pending_part_run(self, refs, i, nrefs, &skip)
+                        if k > i:
+                            i = k
+                            continue
                     pending_spool_run(self, refs, &i, nrefs)
                     if i >= nrefs:
                         break

@@ -123,10 +123,10 @@ cdef class Spool:
         return 0
 
     cdef void note_xid(self, uint32_t subxid, Py_ssize_t row=-1, int32_t tb_id=-1,
-                       Py_ssize_t tb_row=-1, Py_ssize_t seq=-1):
+                       Py_ssize_t tb_row=-1, Py_ssize_t seq=-1, dict over=None):
         """row: the rows of ev before this message's (-1: all of them); tb_row: the rows
-        of tb[tb_id] before it (the other builders of tb: all of theirs); seq: the
-        spool's rows before it (-1: seq_next)."""
+        of tb[tb_id] before it (the other builders of tb: all of theirs, but those in
+        over: rb id -> rows before it); seq: the spool's rows before it (-1: seq_next)."""
         cdef RelBuilders rb
         if self.noted_any and subxid == self.last_noted:
             return                     # the common case: the same (sub)transaction again
@@ -139,6 +139,8 @@ cdef class Spool:
                     rows[k] = rb.meta.rows
                 if tb_id >= 0 and tb_row >= 0:
                     rows[tb_id] = tb_row
+                if over:
+                    rows.update(over)
                 self.first_tb[subxid] = (seq if seq >= 0 else self.seq_next, rows)
         self.last_noted = subxid
         self.noted_any = True

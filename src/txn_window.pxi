@@ -57,6 +57,15 @@ def _txn_windows_taken():
 cdef Py_ssize_t g_parts_taken = 0       # parts of open transactions gathered (tests)
 
 
+cdef Py_ssize_t g_pending_parts_taken = 0   # parts of pending transactions (tests)
+
+
+def _pending_parts_taken():
+    """Parts of streamed, prepared or spooled transactions gathered so far (tests: the
+    path ran)."""
+    return g_pending_parts_taken
+
+
 def _txn_parts_taken():
     """Parts of open transactions gathered per relation in this process so far (for
     tests)."""
@@ -104,6 +113,8 @@ cdef struct WinScan:                 # window_scan's state, kept across its stop
     uint32_t last_relid
     int32_t last_group
     uint32_t need                    # WSCAN_NEED: the relation met that is not in gid
+    int xo                           # 4: changes carry a streamed transaction's xid after
+                                     # the type byte (a part of an S..E block), else 0
     uint32_t gid[WIN_MAX_GROUPS]     # the relations met, in their groups' order
 
 
@@ -122,10 +133,11 @@ cdef struct WinGroup:                # a relation of the window, for window_type
 
 
 cdef inline void window_scan_init(WinScan *ws, Py_ssize_t k, bint part,
-                                  int64_t seq0) noexcept nogil:
+                                  int64_t seq0, int xo=0) noexcept nogil:
     """A scan from refs[k]: a window's (part False: k its first Begin), or a part's of
     the open transaction (part True: its changes from refs[k + 1] on, seq0 their first
-    seq; the scan starts inside the transaction, so it meets no Begin and no Commit)."""
+    seq; the scan starts inside the transaction, so it meets no Begin and no Commit).
+    xo: 4 for a part of a streamed transaction's changes (pending_part_run)."""
     ws.k = k
     ws.q = k + 1
     ws.c0 = 0
@@ -141,6 +153,7 @@ cdef inline void window_scan_init(WinScan *ws, Py_ssize_t k, bint part,
     ws.final_lsn = 0
     ws.ts = 0
     ws.need = 0
+    ws.xo = xo
 
 
 cdef int window_lists(DecoderCore self) except -1:
@@ -313,11 +326,150 @@ cdef Py_ssize_t window_part_run(DecoderCore self, const MsgRef *refs, Py_ssize_t
     return i + nch
 
 
+cdef Py_ssize_t pending_part_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
+                                 Py_ssize_t nrefs, Py_ssize_t *skip_until) except -1:
+    """window_part_run for the changes of a pending transaction (an S..E block, a b..P,
+    a plain B..C spooled past max_pending_bytes), which pending_spool_run otherwise
+    checks and spools a run of one relation at a time: its changes from refs[i] on (up to
+    WIN_MAX_CHANGES; any other message ends them), each relation's gathered, written
+    where pending_spool_run writes them (the spool's event rows and typed builders
+    where it keeps them, else a dry run undone after), then spooled in stream order
+    with each subtransaction's first position and rows noted (Spool.note_xid) as
+    append_dml_run notes them. Returns the index after the part; or i when it is not
+    worth gathering or failed to decode: then *skip_until is past the changes the
+    usual path takes first, and nothing of the part was kept or spooled."""
+    cdef int xo = 4 if self.state == ST_STREAM else 0
+    cdef Py_ssize_t nch, g, ngroups, ev0 = 0, r
+    cdef WinScan ws
+    cdef WinTxn *tx
+    cdef int32_t *grp
+    cdef list groups = []                 # the relation versions met (the checks')
+    cdef list dest = []                   # where each one's typed rows are written
+    cdef RelBuilders rb, w
+    cdef Spool sp = self.cur
+    cdef bint side, tb_keep, ok = False
+    cdef Ctx saved
+    cdef int64_t seq0
+    cdef Py_ssize_t base[WIN_MAX_GROUPS]
+    cdef Py_ssize_t mark_before[WIN_MAX_GROUPS]
+    cdef Py_ssize_t cnt[WIN_MAX_GROUPS]
+    cdef int32_t ids[WIN_MAX_GROUPS]
+    cdef bint was_dirty[WIN_MAX_GROUPS]
+    cdef const MsgRef *m
+    cdef uint32_t xid
+    cdef dict over
+    if sp is None or self.ctx.snapshot:
+        skip_until[0] = i + 1                # (the usual path: inserts would be 'r')
+        return i
+    side = pending_side(self)
+    # the rows' seq as pending_spool_run sets it: the spool's event rows, else its
+    # changes so far (typed rows kept), else the open transaction's
+    if side:
+        seq0 = sp.ev.meta.rows
+    elif self.want_tables and sp.tb_side and self.state != ST_TXN:
+        seq0 = sp.seq_next
+    else:
+        seq0 = self.ctx.seq
+    window_lists(self)
+    tx = <WinTxn *>self.win_txn.data
+    grp = <int32_t *>self.win_grp.data
+    # (k = i - 1: where the "Begin" would be; chg_at counts from it)
+    window_scan_init(&ws, i - 1, True, seq0, xo)
+    window_scan_all(self, &ws, refs, i, nrefs, groups)
+    nch = ws.nch
+    ngroups = ws.ngroups
+    if nch < PART_MIN_CHANGES or ngroups < 2 or nch >= PART_MAX_RUN * ws.nruns:
+        skip_until[0] = i + (nch if nch > 0 else 1)
+        return i
+    # the typed rows are kept by the spool for every relation or for none
+    # (pending_tb_for: a relation whose Arrow types wait on the values drops them all)
+    tb_keep = self.want_tables and sp.tb_side and self.state != ST_TXN
+    if tb_keep:
+        for g in range(ngroups):
+            rb = groups[g]
+            if not rb.fixed_types:
+                pending_tb_drop(self, sp)
+                tb_keep = False
+                break
+    for g in range(ngroups):
+        rb = groups[g]
+        ids[g] = rb.id
+        w = pending_tb_for(self, sp, rb) if tb_keep else None
+        if w is None:
+            w = rb                           # (a dry run: checked, then undone)
+        dest.append(w)
+        base[g] = w.meta.rows
+        mark_before[g] = w.nbefore
+        was_dirty[g] = w.dirty
+    tx.commit_lsn = self.ctx.commit_lsn      # (kept rows take the commit's at the commit)
+    tx.commit_ts = self.ctx.commit_ts
+    tx.xid = self.ctx.xid if self.ctx.xid != 0 else 1   # (not 0: window_ctx reads it
+    tx.begin = i - 1                                    # as the snapshot's)
+    tx.first = 0
+    tx.nchanges = nch
+    tx.seq0 = seq0
+    tx.origin = self.ctx.origin
+    saved = self.ctx
+    if side:
+        pending_ev_swap(self, sp)            # (the event rows go to the spool's)
+    ev0 = self.ev.meta.rows
+    try:
+        window_write(self, refs, 1, nch, dest, xo)
+        ok = True
+    except DecodeError:
+        pass
+    finally:
+        for g in range(ngroups):
+            w = dest[g]
+            if w is groups[g]:
+                w.rollback()                 # (a dry run; the builders hold no open rows)
+                if not was_dirty[g] and w in self.dirty:
+                    self.dirty.remove(w)
+            elif not ok:
+                w.truncate(base[g], mark_before[g])
+        if not ok or not side:
+            ev_truncate(&self.ev, ev0)
+        if side:
+            pending_ev_swap(self, sp)
+        self.ctx = saved
+    if not ok:
+        skip_until[0] = i + nch              # (the usual path, which raises where it fails)
+        return i
+    # the records, in stream order; a subtransaction's first change notes where it
+    # starts: its record, its event row, each kept builder's rows before it
+    for g in range(ngroups):
+        cnt[g] = 0
+    for r in range(nch):
+        m = &refs[i + r]
+        g = grp[r]
+        if xo:
+            xid = pgo_be32(m.p + 1)
+            if not sp.noted_any or xid != sp.last_noted:
+                over = None
+                if tb_keep and xid not in sp.first_pos:
+                    over = {ids[k]: base[k] + cnt[k] for k in range(ngroups)}
+                sp.note_xid(xid, seq0 + r if side else r, -1, -1, sp.seq_next + r, over)
+        sp.put(REC_DML, False, ids[g], m, xo)
+        if sp.mem.len > self.max_pending_bytes:
+            sp.spill(self.spill_dir)
+        cnt[g] += 1
+    sp.seq_next += nch
+    if self.state == ST_TXN:
+        self.ctx.seq += nch                  # (open_changes of pending())
+    if side or sp.tb_side:
+        pending_side_check(self, sp)
+    self.last_rb = groups[grp[nch - 1]]
+    global g_pending_parts_taken
+    g_pending_parts_taken += 1
+    return i + nch
+
+
 cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_ssize_t nch,
-                      list groups) except -1:
+                      list groups, int xo=0) except -1:
     """Steps 2.-4. of a window (or part) that window_scan_all found: its ntx transactions
-    and nch changes in the lists. Raises DecodeError where anything does not decode (the
-    caller undoes what was written)."""
+    and nch changes in the lists, written into groups (each group's builders: the
+    decoder's, or a spool's) and self.ev. Raises DecodeError where anything does not
+    decode (the caller undoes what was written). xo: 4 for a streamed part's changes."""
     cdef Py_ssize_t ngroups = len(groups)
     cdef Py_ssize_t r, g, n, idx, a, a0
     cdef Py_ssize_t off[WIN_MAX_GROUPS + 1]
@@ -349,15 +501,15 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
                 # what is wrong with it)
                 if nch >= WIN_NOGIL_CHANGES:
                     with nogil:
-                        rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a)
+                        rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a, xo)
                 else:
-                    rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a)
+                    rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a, xo)
                 if rc < 0:
                     raise MemoryError()
                 if r < ntx:
                     tx = &txns[r]
                     rb = groups[grp[tx.first + (a - tx.begin - 1)]]
-                    a = self._dml_rows(refs, a, a + 1, &a0, rb, 0)
+                    a = self._dml_rows(refs, a, a + 1, &a0, rb, xo)
                     if a == tx.begin + 1 + tx.nchanges:
                         r += 1
                         if r < ntx:
@@ -380,10 +532,10 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
         if nch >= WIN_NOGIL_CHANGES:
             with nogil:
                 rc = window_typed(wg, ngroups, refs, txns, grp, chg_at, rows, nch, grefs, off,
-                                  &self.cp_scratch, &self.scratch, &self.ctx)
+                                  &self.cp_scratch, &self.scratch, &self.ctx, xo)
         else:
             rc = window_typed(wg, ngroups, refs, txns, grp, chg_at, rows, nch, grefs, off,
-                              &self.cp_scratch, &self.scratch, &self.ctx)
+                              &self.cp_scratch, &self.scratch, &self.ctx, xo)
         if rc < 0:
             raise MemoryError()
         if rc == 0:
@@ -394,7 +546,7 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
                 idx = wg[g].done
                 if idx < n:
                     self.ctx.seq = 0
-                    self._run_typed_blocks(grefs + off[g], &idx, n, rb, 0)
+                    self._run_typed_blocks(grefs + off[g], &idx, n, rb, xo)
                 if idx < n or rb.meta.rows != wg[g].base + n:
                     raise DecodeError("window", 0, None)
                 # the per-transaction metadata, per row
@@ -418,6 +570,7 @@ cdef int window_scan(WinScan *ws, const MsgRef *refs, Py_ssize_t nrefs, WinTxn *
     cdef Py_ssize_t nbytes = ws.nbytes, ngroups = ws.ngroups
     cdef bint is_open = ws.open, stop = ws.stop, part = ws.part
     cdef int64_t seq0 = ws.seq0
+    cdef int xo = ws.xo
     cdef Py_ssize_t nruns = ws.nruns
     cdef uint64_t final_lsn = ws.final_lsn
     cdef int64_t ts = ws.ts
@@ -444,12 +597,12 @@ cdef int window_scan(WinScan *ws, const MsgRef *refs, Py_ssize_t nrefs, WinTxn *
         while q < nrefs:
             m = &refs[q]
             p = m.p
-            if m.n < 5:
+            if m.n < 5 + xo:
                 break
             t = p[0]
             if t != MSG_INSERT and t != MSG_UPDATE and t != MSG_DELETE:
                 break
-            relid = pgo_be32(p + 1)
+            relid = pgo_be32(p + 1 + xo)
             if last_group < 0 or relid != last_relid:
                 last_group = -1
                 for g in range(ngroups):
@@ -515,7 +668,7 @@ cdef int window_scan(WinScan *ws, const MsgRef *refs, Py_ssize_t nrefs, WinTxn *
 
 cdef int window_events(EvStore *e, const EvRel *evr, Ctx *ctx, const MsgRef *refs,
                        const WinTxn *txns, Py_ssize_t ntx, const int32_t *grp,
-                       Py_ssize_t *r_io, Py_ssize_t *a_io) noexcept nogil:
+                       Py_ssize_t *r_io, Py_ssize_t *a_io, int xo) noexcept nogil:
     """The change-event rows of the window's transactions from transaction *r_io's change
     refs[*a_io] on, in stream order: each transaction's runs of one relation through
     block_end and ev_block, with that transaction's context in ctx. Stops at a change the
@@ -535,12 +688,12 @@ cdef int window_events(EvStore *e, const EvRel *evr, Ctx *ctx, const MsgRef *ref
             v = &evr[grp[tx.first + (a - tx.begin - 1)]]
             j = a
             if v.ncols > 0:
-                j = block_end(refs, a, b, <uint32_t>v.relid, v.ncols, 0, &olds, &nbytes)
+                j = block_end(refs, a, b, <uint32_t>v.relid, v.ncols, xo, &olds, &nbytes)
             if j == a:
                 r_io[0] = r
                 a_io[0] = a
                 return 0
-            k = ev_block(e, v, ctx, refs, a, j, b, olds, 0)
+            k = ev_block(e, v, ctx, refs, a, j, b, olds, xo)
             if k < 0:
                 return -1
             if k < j:
@@ -559,7 +712,7 @@ cdef int window_events(EvStore *e, const EvRel *evr, Ctx *ctx, const MsgRef *ref
 cdef int window_typed(WinGroup *wg, Py_ssize_t ngroups, const MsgRef *refs,
                       const WinTxn *txns, const int32_t *grp, const int32_t *chg_at,
                       const WinRow *rows, Py_ssize_t nch, MsgRef *grefs, Py_ssize_t *off,
-                      Buf *cp_scratch, Buf *scratch, Ctx *ctx) noexcept nogil:
+                      Buf *cp_scratch, Buf *scratch, Ctx *ctx, int xo) noexcept nogil:
     """The typed rows of a window: each relation's changes gathered (a stable counting
     sort into grefs, off[g] the start of group g's run, their metadata after rows +
     WIN_MAX_CHANGES), then each group's run through the block writers as far as they
@@ -594,7 +747,7 @@ cdef int window_typed(WinGroup *wg, Py_ssize_t ngroups, const MsgRef *refs,
         i = 0
         ctx.seq = 0
         while i < n and d.ncols > 0:
-            j = block_end(gr, i, n, wg[g].relid, d.ncols, 0, &olds, &nbytes, True)
+            j = block_end(gr, i, n, wg[g].relid, d.ncols, xo, &olds, &nbytes, True)
             if j - i < CP_MIN_ROWS:
                 break
             with_old = olds != BLOCK_NEW
@@ -613,9 +766,9 @@ cdef int window_typed(WinGroup *wg, Py_ssize_t ngroups, const MsgRef *refs,
                 if rc != 0:
                     break
             if olds == BLOCK_MIXED:
-                k = cp_mixed_block(d, cp_scratch, scratch, ctx, gr, i, j, n, 0)
+                k = cp_mixed_block(d, cp_scratch, scratch, ctx, gr, i, j, n, xo)
             else:
-                k = cp_block(d, cp_scratch, ctx, gr, i, j, n, olds, 0)
+                k = cp_block(d, cp_scratch, ctx, gr, i, j, n, olds, xo)
             if k < 0:
                 return -1
             i = k

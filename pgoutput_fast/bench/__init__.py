@@ -41,7 +41,7 @@ def add_arguments(p) -> None:
                    help="rows of the narrow workload (default: the corpus default, 2,000,000; "
                         "the wide one has a fifth)")
     p.add_argument("--workloads", default="narrow,wide,toast,stream,oltp1,oltp50",
-                   help="comma-separated: narrow, wide, toast, stream, oltp1, oltp10, oltp50, oltp1000, oltp100000 "
+                   help="comma-separated: narrow, wide, toast, stream, oltp1, oltp10, oltp50, oltp1000, oltp100000, oltpstream "
                         "(only these are built, the first time)")
     p.add_argument("--modes", default="text,binary", help="comma-separated: text, binary")
     p.add_argument("--repeat", type=int, default=3, help="runs per measurement (median)")
@@ -268,7 +268,7 @@ def run(args) -> int:
                 r["pypgoutput"] = "not installed (pip install pypgoutput==0.0.3)"
             elif mode == "binary":
                 r["pypgoutput"] = peers.PYPGOUTPUT_BINARY
-            elif w == "stream":
+            elif w in corpus.STREAMED:
                 r["pypgoutput"] = peers.PYPGOUTPUT_STREAM
             else:
                 r["slice_pypgoutput_s"] = _median_time(lambda: peers.pypgoutput_decode(raw), 1)

@@ -21,6 +21,10 @@ Workloads (each captured in text and binary mode):
            an 8-column orders table), 70 % inserts, 20 % single-row updates, 10 %
            single-row deletes, one statement per change, committed by a PL/pgSQL
            procedure; a tenth of the narrow row count in changes (protocol 1)
+  oltpstream
+           oltp100000's batch job streamed (protocol 2, streaming on,
+           logical_decoding_work_mem 64kB): the two tables' changes in runs of about
+           three inside each stream segment, committed by Stream Commit
 Captured with COPY (SELECT lsn, data FROM pg_logical_slot_peek_binary_changes(...)) so
 that millions of messages move quickly; stored as framed capture files (.pgoc) under
 benchmarks/.corpus/ in a source checkout, else ~/.cache/pgoutput_fast/corpus (override:
@@ -69,7 +73,13 @@ def _workloads(rows):
         "stream": ("bench_stream", NARROW_COLS, max(rows // 5, 1000), "stream"),
         **{f"oltp{k}": (f"bench_oltp{k}", NARROW_COLS, max(rows // 10, 1000), f"oltp{k}")
            for k in OLTP_TXN_SIZES},
+        "oltpstream": ("bench_oltpstream", NARROW_COLS, max(rows // 10, 1000), "oltp100000"),
     }
+
+
+#: workloads captured as streamed transactions (protocol 2, streaming on, a small
+#: logical_decoding_work_mem in the decoding session)
+STREAMED = ("stream", "oltpstream")
 
 
 #: changes per transaction of the production-like workloads (oltp1 ... oltp100000)
@@ -272,12 +282,12 @@ def build(rows: int = DEFAULT_ROWS, verbose: bool = True, workloads=None) -> Non
             wait_for_wal_flush(conn)
             for mode in ("text", "binary"):
                 opts = {"proto_version": "1", "publication_names": f"pub_{table}"}
-                if kind == "stream":
+                if workload in STREAMED:
                     opts.update(proto_version="2", streaming="on")
                 if mode == "binary":
                     opts["binary"] = "true"
                 # the decoding happens in this session: a small work_mem makes it stream
-                cur.execute("SET logical_decoding_work_mem = %s", ("64kB" if kind == "stream" else "1GB",))
+                cur.execute("SET logical_decoding_work_mem = %s", ("64kB" if workload in STREAMED else "1GB",))
                 say(f"{workload}/{mode}: capturing")
                 count = _copy_capture(conn, slot, opts, path_for(workload, mode, rows))
                 size = os.path.getsize(path_for(workload, mode, rows))

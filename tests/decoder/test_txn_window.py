@@ -14,7 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pgoutput_fast import (
-    Begin, Commit, Delete, Insert, Origin, Relation, RelationColumn, Update, Value, encode_message,
+    Begin, BeginPrepare, Commit, CommitPrepared, Delete, Insert, Origin, Prepare, Relation,
+    RelationColumn, StreamAbort, StreamCommit, StreamStart, StreamStop, Update, Value,
+    encode_message,
 )
 from tests.decoder.test_decoder_parity import (
     IMPLS, StreamBuilder, allowed_cuts, assert_results_equal, damage_one, feed_both, make_decoder,
@@ -294,5 +296,196 @@ def test_parts_are_taken_and_keep_each_rows_seq_and_context(options):
                                    tb.column("_seq").to_pylist(), tb.column("_xid").to_pylist(),
                                    tb.column("_commit_lsn").to_pylist(), tb.column("_lsn").to_pylist(),
                                    tb.column("_origin").to_pylist()))
+        for k in range(3):
+            assert got[k] == expect[k], (cuts, k)
+
+
+# -- parts of streamed, prepared and spooled transactions ------------------------------
+
+class PendingTxnBuilder(SmallTxnBuilder):
+    """Streamed transactions (S..E blocks of up to plain_changes changes, the
+    subtransaction switching now and then as PostgreSQL sends them, aborts of one, and
+    commits or stream prepares), prepared ones (b..P of up to plain_changes changes) and
+    small plain ones between, over interleaved relations."""
+
+    def stream_block(self):
+        open_xids = sorted(self.streams)
+        if open_xids and self.draw(st.integers(0, 3)):
+            top = self.draw(st.sampled_from(open_xids))      # (mostly a later segment)
+            self.emit(StreamStart(top, 0))
+        else:
+            top = next(self.xids)
+            self.streams[top] = []
+            self.emit(StreamStart(top, 1))
+            self.origin()
+        self.pending_body = True
+        xid = top
+        n = self.draw(st.one_of(st.integers(0, 5), st.integers(40, self.plain_changes)))
+        for _ in range(n):
+            if self.draw(st.integers(0, 40)) == 0:
+                subs = self.streams[top]
+                xid = self.draw(st.sampled_from(subs)) if subs and self.draw(st.booleans()) else next(self.xids)
+                if xid not in subs:
+                    subs.append(xid)
+            self.change(xid, top)
+        self.pending_body = False
+        self.emit(StreamStop())
+
+    def build(self, steps):
+        actions = [self.plain, self.stream_block, self.stream_block, self.stream_block,
+                   self.stream_end, self.prepare, self.finish_prepared]
+        for _ in range(steps):
+            self.draw(st.sampled_from(actions))()
+        return self.msgs, self.lsns
+
+
+@st.composite
+def pending_txns(draw, max_steps=10, plain_changes=150, relids=(16384, 16390, 16400)):
+    builder = PendingTxnBuilder(draw, redefine=False, binary=draw(st.booleans()),
+                                plain_changes=plain_changes, relids=relids)
+    return builder.build(draw(st.integers(1, max_steps)))
+
+
+PENDING_OPTIONS = [{}, {"events": False}, {"tables": False}, {"max_pending_bytes": 3000},
+                   {"events": False, "max_pending_bytes": 3000}, {"binary_unknown": True}]
+
+
+@WINDOW_SETTINGS
+@given(stream=pending_txns(), data=st.data())
+def test_pending_transactions_same_with_and_without_parts(stream, data):
+    """Streamed transactions (with subtransactions, their aborts, stream prepares) and
+    prepared ones of up to 150 changes over three relations, fed in pieces: the parts
+    (rows kept by the spool, or only checked when it keeps none: max_pending_bytes)
+    change nothing, and the reference agrees."""
+    msgs, lsns = stream
+    options = data.draw(st.sampled_from(PENDING_OPTIONS))
+    cuts = allowed_cuts(msgs, data.draw(st.lists(st.integers(1, max(1, len(msgs) - 1)), max_size=3,
+                                                  unique=True)) if len(msgs) > 1 else [])
+    assert_windows_change_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))), **options)
+
+
+@WINDOW_SETTINGS
+@given(stream=pending_txns(max_steps=6), data=st.data())
+def test_pending_transactions_damaged_same_error(stream, data):
+    """One message damaged inside a streamed or prepared part: nothing of the part is
+    kept or spooled, and the usual path reports the error (index, offset, type) with
+    the same output before it."""
+    msgs, lsns = stream
+    damage_one(msgs, data)
+    assert_windows_change_nothing([(msgs, lsns)], **data.draw(st.sampled_from(PENDING_OPTIONS[:4])))
+
+
+def _streamed_transaction(per_segment=400, segments=3):
+    """One transaction streamed in `segments` S..E blocks of per_segment changes over
+    three relations in runs of one to three (inserts, key updates, deletes); a
+    subtransaction starts halfway through the second block and is aborted at its end
+    (Stream Abort of the subxid), another starts in the last block and commits; then a
+    prepared transaction of the same shape, committed. What each table must hold (id,
+    op, seq, xid, commit LSN, LSN), built from the messages."""
+    rels = [Relation(16384 + k, "public", f"t{k}", "d",
+                     (RelationColumn(1, "id", 20, -1), RelationColumn(0, "v", 25, -1)), None)
+            for k in range(3)]
+    msgs, lsns, lsn = [], [], 100
+    top, sub_aborted, sub_kept = 900, 901, 902
+    expect = {k: [] for k in range(3)}
+    msgs += [encode_message(r) for r in rels]
+    lsns += [0, 0, 0]
+    kept = []                 # (k, id, op, lsn) of the streamed transaction, in order
+    c = 0
+
+    def change(xid, k, c, lsn):
+        key = (Value("t", str(c).encode()), None)
+        if c % 7 == 3:
+            return encode_message(Delete(16384 + k, "K", key, xid)), "d"
+        if c % 7 == 5:
+            return encode_message(Update(16384 + k, "K", key, (Value("t", str(c).encode()),
+                                                               Value("t", f"u{c}".encode())), xid)), "u"
+        return encode_message(Insert(16384 + k, (Value("t", str(c).encode()),
+                                                 Value("t", f"v{c}".encode())), xid)), "c"
+
+    k = 0
+    for s in range(segments):
+        msgs.append(encode_message(StreamStart(top, 1 if s == 0 else 0)))
+        lsns.append(0)
+        for n in range(per_segment):
+            xid = top
+            if s == 1 and n >= per_segment // 2:
+                xid = sub_aborted
+            elif s == segments - 1 and n >= per_segment // 3:
+                xid = sub_kept
+            k = (k + 1 + n % 2) % 3 if n % 3 == 0 else k
+            lsn += 8
+            m, op = change(xid, k, c, lsn)
+            msgs.append(m)
+            lsns.append(lsn)
+            if xid != sub_aborted:
+                kept.append((k, c, op, lsn))
+            c += 1
+        msgs.append(encode_message(StreamStop()))
+        lsns.append(0)
+        if s == 1:
+            msgs.append(encode_message(StreamAbort(top, sub_aborted)))
+            lsns.append(0)
+    commit = lsn + 1000
+    msgs.append(encode_message(StreamCommit(top, 0, commit, commit + 8, 3_000_000)))
+    lsns.append(commit + 8)
+    for seq, (k, cid, op, l) in enumerate(kept):
+        expect[k].append((cid, op, seq, top, commit, l))
+    # a prepared transaction of one block of per_segment changes, then committed
+    lsn = commit + 100
+    prep, gid, xid = lsn + 100_000, "g1", 950
+    msgs.append(encode_message(BeginPrepare(prep, prep + 8, 9, xid, gid)))
+    lsns.append(0)
+    seq = 0
+    for n in range(per_segment):
+        k = (k + 1 + n % 2) % 3 if n % 3 == 0 else k
+        lsn += 8
+        m, op = change(None, k, c, lsn)
+        msgs.append(m)
+        lsns.append(lsn)
+        expect[k].append((c, op, seq, xid, prep + 500, lsn))
+        seq += 1
+        c += 1
+    msgs.append(encode_message(Prepare(0, prep, prep + 8, 9, xid, gid)))
+    lsns.append(prep + 8)
+    msgs.append(encode_message(CommitPrepared(0, prep + 500, prep + 508, 4_000_000, xid, gid)))
+    lsns.append(prep + 508)
+    return msgs, lsns, expect
+
+
+@pytest.mark.parametrize("options", [{}, {"events": False}, {"tables": False}, {"max_pending_bytes": 20_000}],
+                         ids=["both", "typed", "events", "spooled"])
+def test_pending_parts_are_taken_and_keep_each_rows_seq_and_context(options):
+    """The path under test runs on a streamed transaction (three segments, a
+    subtransaction aborted, one kept) and a prepared one, each over three relations in
+    runs of one to three: each typed table (or each relation's event rows) holds exactly
+    the changes not aborted, in stream order, each with its seq in the transaction, op,
+    the commit's xid and LSN, and its own LSN; fed whole and cut inside the segments."""
+    msgs, lsns, expect = _streamed_transaction()
+    before = native._pending_parts_taken()
+    assert_windows_change_nothing([(msgs, lsns)], **options)
+    assert native._pending_parts_taken() > before
+    for cuts in ([], [150, 700, 1000, 1400]):
+        dec = make_decoder(IMPLS["native"], **options)
+        got = {k: [] for k in range(3)}
+        for m, l in zip(split(msgs, cuts), split(lsns, cuts)):
+            cs = dec.feed(pa.array(m, pa.binary()), l)
+            if options.get("tables") is False:
+                ev = cs.events
+                for row in zip(ev.column("relid").to_pylist(), ev.column("after").to_pylist(),
+                               ev.column("before").to_pylist(), ev.column("op").to_pylist(),
+                               ev.column("seq").to_pylist(), ev.column("xid").to_pylist(),
+                               ev.column("commit_lsn").to_pylist(), ev.column("lsn").to_pylist()):
+                    relid, after, before, op, *rest = row
+                    image = dict(after if after is not None else before)
+                    got[relid - 16384].append((int(image["id"]), op, *rest))
+                continue
+            for k in range(3):
+                tb = cs.tables.get(f"public.t{k}")
+                if tb is None:
+                    continue
+                got[k] += list(zip(tb.column("id").to_pylist(), tb.column("_op").to_pylist(),
+                                   tb.column("_seq").to_pylist(), tb.column("_xid").to_pylist(),
+                                   tb.column("_commit_lsn").to_pylist(), tb.column("_lsn").to_pylist()))
         for k in range(3):
             assert got[k] == expect[k], (cuts, k)
