@@ -98,6 +98,9 @@ def _txn_parts_taken() -> int:
 def _pending_parts_taken() -> int:
     """Parts of streamed, prepared or spooled transactions gathered so far (tests)."""
 
+def _replay_parts_taken() -> int:
+    """Parts of a spooled transaction's replay gathered so far (tests)."""
+
 def _message_scan(offsets: Any, data: Any, first: int, n: int, large: bool,
                   depth: int = 0) -> tuple[bytearray, bytearray, int, bool]:
     """(types, rest, depth, simple) of messages first..first+n of a binary array: type bytes, at rest after each."""

@@ -664,6 +664,7 @@ cdef int _validity_backfill(Column *c) noexcept nogil:
 cdef void col_truncate(Column *c, Py_ssize_t n) noexcept nogil:
     """Drop rows >= n (used to roll back a failed or uncommitted tail)."""
     cdef int32_t end = 0
+    cdef Py_ssize_t old = c.length
     if n > c.length:
         return
     # n == length still drops the bytes of a partially scanned row
@@ -683,8 +684,13 @@ cdef void col_truncate(Column *c, Py_ssize_t n) noexcept nogil:
             col_truncate(c.child, end)
     c.length = n
     if c.nulls:
+        # the nulls left: those of the rows dropped taken off when they are fewer than
+        # the rows kept (a rollback of a few rows on a column of many), else counted
+        if old - n < n:
+            c.nulls -= _zero_bits_between(&c.validity, n, old)
+        else:
+            c.nulls = _popcount_zero_bits(&c.validity, n)
         c.validity.len = (n + 7) >> 3
-        c.nulls = _popcount_zero_bits(&c.validity, n)
     if c.toast.len > (n + 7) >> 3:
         c.toast.len = (n + 7) >> 3
 
@@ -880,6 +886,24 @@ cdef extern from *:
     }
     """
     int pgo_popcount64(uint64_t x) noexcept nogil
+
+
+cdef Py_ssize_t _zero_bits_between(const Buf *b, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
+    """Zero bits among bits lo..hi-1 of the bitmap (hi <= 8 * b.len): one at a time up
+    to a word boundary, then eight bytes at a time, then the last bits."""
+    cdef Py_ssize_t i = lo, ones = 0
+    cdef uint64_t w
+    while i < hi and (i & 63) != 0:
+        ones += (b.data[i >> 3] >> (i & 7)) & 1
+        i += 1
+    while i + 64 <= hi:
+        memcpy(&w, b.data + (i >> 3), 8)
+        ones += pgo_popcount64(w)
+        i += 64
+    while i < hi:
+        ones += (b.data[i >> 3] >> (i & 7)) & 1
+        i += 1
+    return (hi - lo) - ones
 
 
 cdef Py_ssize_t _popcount_zero_bits(const Buf *b, Py_ssize_t n) noexcept nogil:

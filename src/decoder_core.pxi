@@ -91,6 +91,7 @@ cdef class DecoderCore:
     cdef Buf scratch
     cdef Buf cp_scratch             # the column pass's value table (_column_block)
     cdef Buf run_refs               # MsgRef per spooled change of a replayed run
+    cdef Buf run_ids                # int32 relation version (rb id) of each of them
     cdef Buf win_txn, win_grp, win_rows, win_refs   # a window's lists (txn_window.pxi)
     cdef bint busy                  # a feed() or export() is running: the block writers
                                     # let go of the GIL, so another thread could come in
@@ -131,6 +132,7 @@ cdef class DecoderCore:
         buf_free(&self.scratch)
         buf_free(&self.cp_scratch)
         buf_free(&self.run_refs)
+        buf_free(&self.run_ids)
         buf_free(&self.win_txn)
         buf_free(&self.win_grp)
         buf_free(&self.win_rows)

@@ -263,10 +263,11 @@ cdef Py_ssize_t pending_replay_run(DecoderCore self, Spool sp, const unsigned ch
     cdef Py_ssize_t pos = 0
     cdef MsgRef m
     cdef uint8_t kind
-    cdef int32_t rb_id, run_rb = -1
+    cdef int32_t rb_id
     cdef uint32_t len32
     cdef Cursor c
     self.run_refs.len = 0
+    self.run_ids.len = 0
     while n - pos >= REC_HEAD:
         memcpy(&len32, p + pos + 14, 4)
         if n - pos - REC_HEAD < <Py_ssize_t>len32:
@@ -280,14 +281,14 @@ cdef Py_ssize_t pending_replay_run(DecoderCore self, Spool sp, const unsigned ch
             if not self.want_tables and not self.want_events:
                 pos += REC_HEAD + len32      # (its event rows were kept: see pending_replay)
                 continue
-            if rb_id != run_rb or self.run_refs.len >= SPOOL_RUN_ROWS * <Py_ssize_t>sizeof(MsgRef):
-                pending_write_run(self, run_rb)
-                run_rb = rb_id
-            if buf_append(&self.run_refs, <const unsigned char *>&m, sizeof(MsgRef)) < 0:
+            if self.run_refs.len >= SPOOL_RUN_ROWS * <Py_ssize_t>sizeof(MsgRef):
+                pending_write_changes(self)
+            if (buf_append(&self.run_refs, <const unsigned char *>&m, sizeof(MsgRef)) < 0
+                    or buf_append(&self.run_ids, <const unsigned char *>&rb_id, 4) < 0):
                 raise MemoryError()
             pos += REC_HEAD + len32
             continue
-        pending_write_run(self, run_rb)
+        pending_write_changes(self)
         cur_init(&c, m.p, m.n)
         c.pos = 5 if p[pos + 1] else 1
         if kind == REC_TRUNCATE:
@@ -297,20 +298,41 @@ cdef Py_ssize_t pending_replay_run(DecoderCore self, Spool sp, const unsigned ch
         else:
             self.txn_messages.append(self._message_obj(&m, p[pos + 1]))
         pos += REC_HEAD + len32
-    pending_write_run(self, run_rb)
+    pending_write_changes(self)
     return pos
 
 
-cdef int pending_write_run(DecoderCore self, int32_t rb_id) except -1:
-    """Write the spooled changes in run_refs (all of relation version rb_id, each a
-    plain I/U/D: see REC_HEAD), through _run_typed_blocks where it takes them."""
+cdef int pending_write_changes(DecoderCore self) except -1:
+    """Write the spooled changes gathered in run_refs (consecutive records of a replay,
+    their relation versions in run_ids): as one part when they are worth gathering
+    (replay_part_run), else a run of one relation version at a time."""
     cdef const MsgRef *refs = <const MsgRef *>self.run_refs.data
-    cdef Py_ssize_t n = self.run_refs.len // <Py_ssize_t>sizeof(MsgRef), i = 0
-    cdef RelBuilders rb
-    cdef Cursor c
+    cdef const int32_t *ids = <const int32_t *>self.run_ids.data
+    cdef Py_ssize_t n = self.run_refs.len // <Py_ssize_t>sizeof(MsgRef), i = 0, j
     if n == 0:
         return 0
-    self.run_refs.len = 0
+    try:
+        if (self.want_tables or self.want_events) and replay_part_run(self, refs, ids, n):
+            return 0
+        while i < n:
+            j = i + 1
+            while j < n and ids[j] == ids[i]:
+                j += 1
+            pending_write_run(self, refs + i, j - i, ids[i])
+            i = j
+    finally:
+        self.run_refs.len = 0
+        self.run_ids.len = 0
+    return 0
+
+
+cdef int pending_write_run(DecoderCore self, const MsgRef *refs, Py_ssize_t n,
+                           int32_t rb_id) except -1:
+    """Write n spooled changes (all of relation version rb_id, each a plain I/U/D: see
+    REC_HEAD), through the block writers where they take them."""
+    cdef Py_ssize_t i = 0
+    cdef RelBuilders rb
+    cdef Cursor c
     rb = <RelBuilders>self.rb_all[rb_id]
     while i < n:
         if self.want_tables or self.want_events:

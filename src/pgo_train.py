@@ -296,19 +296,25 @@ def _stream(binary: bool, seed: int, rows: int):
         kept += n
     txn([encode_message(Truncate(0, (narrow.relid,), None))], with_rel=False)
     # streamed transactions (a third of the changes), each ending with a subtransaction
-    # aborted inside the stream
+    # aborted inside the stream; every third writes two tables in short runs (its parts)
     left = int(rows * 0.3)
+    streams = 0
     while left > 0:
         xid += 2
+        streams += 1
         top, sub = xid - 1, xid
         in_top = _pool(rng, narrow if left % 2 else wide, binary, top, 300)
+        in_other = _pool(rng, full, binary, top, 300) if streams % 3 == 0 else None
         in_sub = _pool(rng, narrow, binary, sub, 40)
         for chunk in range(12):
             put(StreamStart(top, 1 if chunk == 0 else 0))
             if chunk == 0:
                 put(*(t.relation(top) for t in (narrow, wide)))
             n = rng.randrange(100, 400)
-            out.extend(_changes(rng, in_top, n))
+            if in_other is None:
+                out.extend(_changes(rng, in_top, n))
+            else:
+                out.extend(_interleaved(rng, in_top, in_other, n))
             if chunk == 11:
                 # the subtransaction's changes last (an abort discards from its first on)
                 out.extend(_changes(rng, in_sub, rng.randrange(50, 200)))

@@ -58,6 +58,12 @@ cdef Py_ssize_t g_parts_taken = 0       # parts of open transactions gathered (t
 
 
 cdef Py_ssize_t g_pending_parts_taken = 0   # parts of pending transactions (tests)
+cdef Py_ssize_t g_replay_parts_taken = 0    # parts of replayed spools (tests)
+
+
+def _replay_parts_taken():
+    """Parts of a spooled transaction's replay gathered so far (tests: the path ran)."""
+    return g_replay_parts_taken
 
 
 def _pending_parts_taken():
@@ -256,6 +262,8 @@ cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
 
 DEF PART_MIN_CHANGES = 32            # fewer changes ahead: a part is not gathered
 DEF PART_MAX_RUN = 64                # runs of one relation this long on average: not either
+DEF PART_SKIP_LONG = 1024            # changes that start with a run this long: the usual
+                                     # path takes these many before the next part is looked for
 
 
 cdef Py_ssize_t window_part_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
@@ -289,7 +297,8 @@ cdef Py_ssize_t window_part_run(DecoderCore self, const MsgRef *refs, Py_ssize_t
     nch = ws.nch
     ngroups = ws.ngroups
     if nch < PART_MIN_CHANGES or ngroups < 2 or nch >= PART_MAX_RUN * ws.nruns:
-        skip_until[0] = i + (nch if nch > 0 else 1)
+        skip_until[0] = i + (PART_SKIP_LONG if ws.nruns == 1 and nch == PART_MAX_RUN
+                             else nch if nch > 0 else 1)
         return i
     tx.commit_lsn = self.ctx.commit_lsn
     tx.commit_ts = self.ctx.commit_ts
@@ -379,7 +388,8 @@ cdef Py_ssize_t pending_part_run(DecoderCore self, const MsgRef *refs, Py_ssize_
     nch = ws.nch
     ngroups = ws.ngroups
     if nch < PART_MIN_CHANGES or ngroups < 2 or nch >= PART_MAX_RUN * ws.nruns:
-        skip_until[0] = i + (nch if nch > 0 else 1)
+        skip_until[0] = i + (PART_SKIP_LONG if ws.nruns == 1 and nch == PART_MAX_RUN
+                             else nch if nch > 0 else 1)
         return i
     # the typed rows are kept by the spool for every relation or for none
     # (pending_tb_for: a relation whose Arrow types wait on the values drops them all)
@@ -462,6 +472,89 @@ cdef Py_ssize_t pending_part_run(DecoderCore self, const MsgRef *refs, Py_ssize_
     global g_pending_parts_taken
     g_pending_parts_taken += 1
     return i + nch
+
+
+cdef bint replay_part_run(DecoderCore self, const MsgRef *refs, const int32_t *ids,
+                          Py_ssize_t n) except -1:
+    """window_part_run for a replay (pending_replay_run): n consecutive spooled changes
+    (refs, each a plain I/U/D; ids: their relation versions), written with the commit's
+    context in ctx, each relation version's typed rows gathered. False, and nothing
+    written, when they are not worth gathering or do not decode (the caller writes
+    them a run at a time, and raises where that fails)."""
+    cdef WinTxn *tx
+    cdef int32_t *grp
+    cdef int32_t *chg_at
+    cdef WinRow *rows
+    cdef int32_t gid[WIN_MAX_GROUPS]
+    cdef Py_ssize_t mark_rows[WIN_MAX_GROUPS]
+    cdef Py_ssize_t mark_before[WIN_MAX_GROUPS]
+    cdef Py_ssize_t r, g, ngroups = 0, nruns = 0, ev0
+    cdef int32_t last = -1
+    cdef int64_t seq0 = self.ctx.seq
+    cdef list groups = []
+    cdef RelBuilders rb
+    cdef bint ok = False
+    if (not g_windows or n < PART_MIN_CHANGES or n > WIN_MAX_CHANGES
+            or self.ctx.snapshot != (self.ctx.xid == 0)):
+        return False
+    window_lists(self)
+    tx = <WinTxn *>self.win_txn.data
+    grp = <int32_t *>self.win_grp.data
+    chg_at = grp + WIN_MAX_CHANGES
+    rows = <WinRow *>self.win_rows.data
+    for r in range(n):
+        if r == 0 or ids[r] != ids[r - 1]:
+            nruns += 1
+            last = -1
+            for g in range(ngroups):
+                if gid[g] == ids[r]:
+                    last = <int32_t>g
+                    break
+            if last < 0:
+                if ngroups == WIN_MAX_GROUPS:
+                    return False
+                gid[ngroups] = ids[r]
+                groups.append(self.rb_all[ids[r]])
+                last = <int32_t>ngroups
+                ngroups += 1
+        grp[r] = last
+        chg_at[r] = <int32_t>(r + 1)         # (from tx.begin = -1: refs[r])
+        rows[r].seq = seq0 + r
+        rows[r].txn = 0
+    if ngroups < 2 or n >= PART_MAX_RUN * nruns:
+        return False
+    tx.commit_lsn = self.ctx.commit_lsn
+    tx.commit_ts = self.ctx.commit_ts
+    tx.xid = self.ctx.xid
+    tx.begin = -1
+    tx.first = 0
+    tx.nchanges = n
+    tx.seq0 = seq0
+    tx.origin = self.ctx.origin
+    for g in range(ngroups):
+        rb = groups[g]
+        mark_rows[g] = rb.meta.rows
+        mark_before[g] = rb.nbefore
+    ev0 = self.ev.meta.rows
+    try:
+        window_write(self, refs, 1, n, groups)
+        ok = True
+    except DecodeError:
+        pass
+    finally:
+        if not ok:
+            for g in range(ngroups):
+                rb = groups[g]
+                rb.truncate(mark_rows[g], mark_before[g])
+            self._ev_truncate(ev0)
+        window_ctx(&self.ctx, tx)
+        self.ctx.seq = seq0
+    if not ok:
+        return False
+    self.ctx.seq = seq0 + n
+    global g_replay_parts_taken
+    g_replay_parts_taken += 1
+    return True
 
 
 cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_ssize_t nch,
@@ -621,6 +714,8 @@ cdef int window_scan(WinScan *ws, const MsgRef *refs, Py_ssize_t nrefs, WinTxn *
             if nch == WIN_MAX_CHANGES:
                 stop = True
                 break
+            if part and nch == PART_MAX_RUN and nruns == 1:
+                break                            # (a part: one relation so far, not worth it)
             grp[nch] = last_group
             chg_at[nch] = <int32_t>(q - k)
             rows[nch].seq = seq0 + (nch - c0)

@@ -460,11 +460,17 @@ def test_pending_parts_are_taken_and_keep_each_rows_seq_and_context(options):
     subtransaction aborted, one kept) and a prepared one, each over three relations in
     runs of one to three: each typed table (or each relation's event rows) holds exactly
     the changes not aborted, in stream order, each with its seq in the transaction, op,
-    the commit's xid and LSN, and its own LSN; fed whole and cut inside the segments."""
+    the commit's xid and LSN, and its own LSN; fed whole and cut inside the segments.
+    "spooled": past max_pending_bytes the rows are only checked on arrival, and the
+    commit's replay of the spool is gathered too (replay_part_run)."""
     msgs, lsns, expect = _streamed_transaction()
     before = native._pending_parts_taken()
+    replays = native._replay_parts_taken()
     assert_windows_change_nothing([(msgs, lsns)], **options)
     assert native._pending_parts_taken() > before
+    if "max_pending_bytes" in options:
+        # rows not kept: the commit replays the spool, gathered as well
+        assert native._replay_parts_taken() > replays
     for cuts in ([], [150, 700, 1000, 1400]):
         dec = make_decoder(IMPLS["native"], **options)
         got = {k: [] for k in range(3)}
