@@ -557,6 +557,33 @@ cdef bint replay_part_run(DecoderCore self, const MsgRef *refs, const int32_t *i
     return True
 
 
+cdef int window_events_streamed(DecoderCore self, const MsgRef *refs, Py_ssize_t nch,
+                                list groups, int xo) except -1:
+    """The change-event rows of a streamed part (xo 4: its changes carry their xid), in
+    stream order: each run of one relation through the block writers as far as they
+    take it, the rest row-wise (window_events is kept for plain changes, whose constant
+    xo the compiler folds into its copy of the block writer)."""
+    cdef WinTxn *tx = <WinTxn *>self.win_txn.data
+    cdef const int32_t *grp = <const int32_t *>self.win_grp.data
+    cdef Py_ssize_t a = tx.begin + 1, b = tx.begin + 1 + nch, j, k, a0
+    cdef int32_t g
+    cdef RelBuilders rb
+    window_ctx(&self.ctx, tx)
+    while a < b:
+        g = grp[a - tx.begin - 1]
+        j = a + 1
+        while j < b and grp[j - tx.begin - 1] == g:
+            j += 1
+        rb = groups[g]
+        k = a
+        while k < j:
+            self._run_event_blocks(refs, &k, j, rb, xo)
+            if k < j:
+                k = self._dml_rows(refs, k, k + 1, &a0, rb, xo)
+        a = j
+    return 0
+
+
 cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_ssize_t nch,
                       list groups, int xo=0) except -1:
     """Steps 2.-4. of a window (or part) that window_scan_all found: its ntx transactions
@@ -587,6 +614,9 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
         try:
             r = 0
             a = txns[0].begin + 1
+            if xo:
+                window_events_streamed(self, refs, nch, groups, xo)
+                r = ntx                          # (a part: one transaction)
             while r < ntx:
                 # the block writer over the window's transactions from (r, a), without
                 # the GIL; it stops at a change it does not take ('u', a value it does
@@ -594,15 +624,15 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
                 # what is wrong with it)
                 if nch >= WIN_NOGIL_CHANGES:
                     with nogil:
-                        rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a, xo)
+                        rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a)
                 else:
-                    rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a, xo)
+                    rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a)
                 if rc < 0:
                     raise MemoryError()
                 if r < ntx:
                     tx = &txns[r]
                     rb = groups[grp[tx.first + (a - tx.begin - 1)]]
-                    a = self._dml_rows(refs, a, a + 1, &a0, rb, xo)
+                    a = self._dml_rows(refs, a, a + 1, &a0, rb, 0)
                     if a == tx.begin + 1 + tx.nchanges:
                         r += 1
                         if r < ntx:
@@ -763,7 +793,7 @@ cdef int window_scan(WinScan *ws, const MsgRef *refs, Py_ssize_t nrefs, WinTxn *
 
 cdef int window_events(EvStore *e, const EvRel *evr, Ctx *ctx, const MsgRef *refs,
                        const WinTxn *txns, Py_ssize_t ntx, const int32_t *grp,
-                       Py_ssize_t *r_io, Py_ssize_t *a_io, int xo) noexcept nogil:
+                       Py_ssize_t *r_io, Py_ssize_t *a_io) noexcept nogil:
     """The change-event rows of the window's transactions from transaction *r_io's change
     refs[*a_io] on, in stream order: each transaction's runs of one relation through
     block_end and ev_block, with that transaction's context in ctx. Stops at a change the
@@ -783,12 +813,12 @@ cdef int window_events(EvStore *e, const EvRel *evr, Ctx *ctx, const MsgRef *ref
             v = &evr[grp[tx.first + (a - tx.begin - 1)]]
             j = a
             if v.ncols > 0:
-                j = block_end(refs, a, b, <uint32_t>v.relid, v.ncols, xo, &olds, &nbytes)
+                j = block_end(refs, a, b, <uint32_t>v.relid, v.ncols, 0, &olds, &nbytes)
             if j == a:
                 r_io[0] = r
                 a_io[0] = a
                 return 0
-            k = ev_block(e, v, ctx, refs, a, j, b, olds, xo)
+            k = ev_block(e, v, ctx, refs, a, j, b, olds, 0)
             if k < 0:
                 return -1
             if k < j:
@@ -842,7 +872,10 @@ cdef int window_typed(WinGroup *wg, Py_ssize_t ngroups, const MsgRef *refs,
         i = 0
         ctx.seq = 0
         while i < n and d.ncols > 0:
-            j = block_end(gr, i, n, wg[g].relid, d.ncols, xo, &olds, &nbytes, True)
+            if xo == 0:                          # (as in window_events)
+                j = block_end(gr, i, n, wg[g].relid, d.ncols, 0, &olds, &nbytes, True)
+            else:
+                j = block_end(gr, i, n, wg[g].relid, d.ncols, xo, &olds, &nbytes, True)
             if j - i < CP_MIN_ROWS:
                 break
             with_old = olds != BLOCK_NEW
@@ -861,9 +894,15 @@ cdef int window_typed(WinGroup *wg, Py_ssize_t ngroups, const MsgRef *refs,
                 if rc != 0:
                     break
             if olds == BLOCK_MIXED:
-                k = cp_mixed_block(d, cp_scratch, scratch, ctx, gr, i, j, n, xo)
+                if xo == 0:
+                    k = cp_mixed_block(d, cp_scratch, scratch, ctx, gr, i, j, n, 0)
+                else:
+                    k = cp_mixed_block(d, cp_scratch, scratch, ctx, gr, i, j, n, xo)
             else:
-                k = cp_block(d, cp_scratch, ctx, gr, i, j, n, olds, xo)
+                if xo == 0:
+                    k = cp_block(d, cp_scratch, ctx, gr, i, j, n, olds, 0)
+                else:
+                    k = cp_block(d, cp_scratch, ctx, gr, i, j, n, olds, xo)
             if k < 0:
                 return -1
             i = k
