@@ -802,7 +802,7 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
                     try:
                         cur.copy_expert(sql, sink, size=1 << 16)
                     except psycopg2.Error as exc:
-                        raise _copy_failed(table, str(exc)) from None
+                        raise _copy_failed(table, str(exc), conn) from None
                     sink.close()
                     rows, nbytes = sink.rows, sink.bytes
                 with lock:
@@ -1245,20 +1245,34 @@ def _copy_native(native, conn, table, ti, sql, binary, chunk_bytes, emit) -> tup
             if not more:
                 return reader.rows, reader.copy_bytes
     except RuntimeError as exc:
-        raise _copy_failed(table, str(exc)) from None
+        raise _copy_failed(table, str(exc), conn) from None
 
 
-def _copy_failed(table, text):
+def _connection_gone(conn) -> bool:
+    """The connection is closed or broken (libpq's status is not CONNECTION_OK): what a
+    COPY cut by the server going away leaves, whatever its error says (psycopg2's
+    "error with status PGRES_COPY_OUT and no message from the libpq")."""
+    if conn is None:
+        return False
+    try:
+        return bool(conn.closed) or conn.info.status != 0
+    except Exception:
+        return True
+
+
+def _copy_failed(table, text, conn=None):
     """The error of a COPY that failed: the connection lost (the server restarting or
-    shutting down, the network) is transient, ``ConnectionLost``: the capture reconnects
-    and copies the snapshot again with a new slot (nothing was confirmed from this one);
-    anything else (a permission, a missing table) is the server's refusal."""
+    shutting down, the network: the text says so, or the connection is broken) is
+    transient, ``ConnectionLost``: the capture reconnects and copies the snapshot again
+    with a new slot (nothing was confirmed from this one); anything else on a live
+    connection (a permission, a missing table) is the server's refusal."""
     from .dsn import _TRANSIENT
     from .stream import ConnectionLost
 
     first = (text.strip().splitlines() or ["?"])[0]
     low = text.lower()
-    if any(needle in low for needle in _TRANSIENT) or "connection" in low and "closed" in low:
+    if (any(needle in low for needle in _TRANSIENT) or "connection" in low and "closed" in low
+            or _connection_gone(conn)):
         return ConnectionLost(f"copying {table.qualified} for the snapshot: {first}")
     return ServerRefused(f"copying {table.qualified} for the snapshot failed: {first}. Nothing "
                          "was confirmed; fix the cause (e.g. GRANT SELECT to the capture's role) "

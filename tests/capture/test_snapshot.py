@@ -377,6 +377,22 @@ def test_a_copy_cut_by_the_server_going_away_is_retried():
     assert isinstance(err, ServerRefused) and "GRANT SELECT" in str(err)
     assert not isinstance(err, ConnectionLost)
 
+    class Info:
+        def __init__(self, status):
+            self.status = status
+
+    class Conn:
+        def __init__(self, closed, status):
+            self.closed, self.info = closed, Info(status)
+
+    # psycopg2's COPY cut short says nothing of the connection; the connection says it
+    # is broken (closed 2, libpq's CONNECTION_BAD)
+    text = "error with status PGRES_COPY_OUT and no message from the libpq"
+    assert isinstance(_copy_failed(Table, text, Conn(2, 1)), ConnectionLost)
+    assert isinstance(_copy_failed(Table, text, Conn(0, 1)), ConnectionLost)
+    err = _copy_failed(Table, "ERROR:  permission denied for table t\n", Conn(0, 0))
+    assert isinstance(err, ServerRefused) and not isinstance(err, ConnectionLost)
+
 
 @pytest.mark.postgres
 def test_refusals(world, tmp_path):
