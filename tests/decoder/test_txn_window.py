@@ -259,6 +259,31 @@ def _large_transaction(n_txns=2, per_txn=900, origin_at=None):
     return msgs, lsns, expect
 
 
+def _rows_per_relation(msgs, lsns, cuts, options, with_origin):
+    """Fed to one native Decoder in the pieces `cuts` makes: each relation t0..t2's rows
+    in stream order as (id, op, seq, xid, commit LSN, LSN[, origin]), from its typed table
+    or, with tables=False, from its rows of the change-event table."""
+    dec = make_decoder(IMPLS["native"], **options)
+    got = {k: [] for k in range(3)}
+    for m, l in zip(split(msgs, cuts), split(lsns, cuts)):
+        cs = dec.feed(pa.array(m, pa.binary()), l)
+        if options.get("tables") is False:
+            ev = cs.events
+            names = ["relid", "after", "before", "op", "seq", "xid", "commit_lsn", "lsn"]
+            for row in zip(*(ev.column(c).to_pylist()
+                             for c in names + (["origin"] if with_origin else []))):
+                relid, after, before, op, *rest = row
+                image = dict(after if after is not None else before)
+                got[relid - 16384].append((int(image["id"]), op, *rest))
+            continue
+        names = ["id", "_op", "_seq", "_xid", "_commit_lsn", "_lsn"] + (["_origin"] if with_origin else [])
+        for k in range(3):
+            tb = cs.tables.get(f"public.t{k}")
+            if tb is not None:
+                got[k] += list(zip(*(tb.column(c).to_pylist() for c in names)))
+    return got
+
+
 @pytest.mark.parametrize("options", [{}, {"events": False}, {"tables": False}], ids=["both", "typed", "events"])
 def test_parts_are_taken_and_keep_each_rows_seq_and_context(options):
     """The path under test runs: 2 transactions of 900 changes over three relations in
@@ -272,30 +297,7 @@ def test_parts_are_taken_and_keep_each_rows_seq_and_context(options):
     assert native._txn_parts_taken() > before
     # fed whole, and cut inside the transactions (a part starts each later feed)
     for cuts in ([], [500, 1400, 2500]):
-        dec = make_decoder(IMPLS["native"], **options)
-        got = {k: [] for k in range(3)}
-        for m, l in zip(split(msgs, cuts), split(lsns, cuts)):
-            cs = dec.feed(pa.array(m, pa.binary()), l)
-            if options.get("tables") is False:
-                # the change-event table: each relation's rows, in stream order
-                ev = cs.events
-                for row in zip(ev.column("relid").to_pylist(), ev.column("after").to_pylist(),
-                               ev.column("before").to_pylist(), ev.column("op").to_pylist(),
-                               ev.column("seq").to_pylist(), ev.column("xid").to_pylist(),
-                               ev.column("commit_lsn").to_pylist(), ev.column("lsn").to_pylist(),
-                               ev.column("origin").to_pylist()):
-                    relid, after, before, op, *rest = row
-                    image = dict(after if after is not None else before)
-                    got[relid - 16384].append((int(image["id"]), op, *rest))
-                continue
-            for k in range(3):
-                tb = cs.tables.get(f"public.t{k}")
-                if tb is None:
-                    continue
-                got[k] += list(zip(tb.column("id").to_pylist(), tb.column("_op").to_pylist(),
-                                   tb.column("_seq").to_pylist(), tb.column("_xid").to_pylist(),
-                                   tb.column("_commit_lsn").to_pylist(), tb.column("_lsn").to_pylist(),
-                                   tb.column("_origin").to_pylist()))
+        got = _rows_per_relation(msgs, lsns, cuts, options, with_origin=True)
         for k in range(3):
             assert got[k] == expect[k], (cuts, k)
 
@@ -472,26 +474,6 @@ def test_pending_parts_are_taken_and_keep_each_rows_seq_and_context(options):
         # rows not kept: the commit replays the spool, gathered as well
         assert native._replay_parts_taken() > replays
     for cuts in ([], [150, 700, 1000, 1400]):
-        dec = make_decoder(IMPLS["native"], **options)
-        got = {k: [] for k in range(3)}
-        for m, l in zip(split(msgs, cuts), split(lsns, cuts)):
-            cs = dec.feed(pa.array(m, pa.binary()), l)
-            if options.get("tables") is False:
-                ev = cs.events
-                for row in zip(ev.column("relid").to_pylist(), ev.column("after").to_pylist(),
-                               ev.column("before").to_pylist(), ev.column("op").to_pylist(),
-                               ev.column("seq").to_pylist(), ev.column("xid").to_pylist(),
-                               ev.column("commit_lsn").to_pylist(), ev.column("lsn").to_pylist()):
-                    relid, after, before, op, *rest = row
-                    image = dict(after if after is not None else before)
-                    got[relid - 16384].append((int(image["id"]), op, *rest))
-                continue
-            for k in range(3):
-                tb = cs.tables.get(f"public.t{k}")
-                if tb is None:
-                    continue
-                got[k] += list(zip(tb.column("id").to_pylist(), tb.column("_op").to_pylist(),
-                                   tb.column("_seq").to_pylist(), tb.column("_xid").to_pylist(),
-                                   tb.column("_commit_lsn").to_pylist(), tb.column("_lsn").to_pylist()))
+        got = _rows_per_relation(msgs, lsns, cuts, options, with_origin=False)
         for k in range(3):
             assert got[k] == expect[k], (cuts, k)
