@@ -1100,13 +1100,11 @@ cdef inline int cp_toast_clear(Column *col, Py_ssize_t start, Py_ssize_t n) noex
 cdef void cp_cut(Column *col, Py_ssize_t n) noexcept nogil:
     """Drop rows >= n that the column pass stored (at most a block): col_truncate, with
     the nulls of the dropped rows counted instead of the whole bitmap."""
-    cdef Py_ssize_t r, nulls = col.nulls
+    cdef Py_ssize_t nulls = col.nulls
     if n >= col.length:
         return
     if nulls:
-        for r in range(n, col.length):
-            if not bit_get(&col.validity, r):
-                nulls -= 1
+        nulls -= _zero_bits_between(&col.validity, n, col.length)
     col.nulls = 0                      # (col_truncate would count them over every row)
     col_truncate(col, n)
     col.nulls = nulls
