@@ -34,6 +34,13 @@ cimport cython
 import numpy as np
 import pyarrow as pa
 
+# (bound once: an export builds dozens of Arrow arrays per relation, and each call
+# looked these up through pa's module dict and the class)
+cdef object _pa_from_buffers = pa.Array.from_buffers
+cdef object _pa_py_buffer = pa.py_buffer
+cdef object _pa_ts_utc = pa.timestamp("us", tz="UTC")
+cdef object _pa_list_str = pa.list_(pa.string())
+
 include "cursor.pxi"
 include "errors.pxi"
 include "protocol.pxi"

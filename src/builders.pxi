@@ -870,7 +870,7 @@ cdef object _take_buf(Buf *b, Py_ssize_t exact):
     b.data = NULL
     b.len = 0
     b.cap = 0
-    return pa.py_buffer(nb)
+    return _pa_py_buffer(nb)
 
 
 cdef extern from *:
@@ -929,20 +929,20 @@ cdef object col_export(Column *c, object arrow_type):
         buf_free(&c.validity)
     c.nulls = 0
     if c.layout == LAYOUT_FIXED:
-        arr = pa.Array.from_buffers(arrow_type, n, [validity, _take_buf(&c.data, n * c.fixed_width)], nulls)
+        arr = _pa_from_buffers(arrow_type, n, [validity, _take_buf(&c.data, n * c.fixed_width)], nulls)
     elif c.layout == LAYOUT_BOOL:
-        arr = pa.Array.from_buffers(arrow_type, n, [validity, _take_buf(&c.data, nbitmap)], nulls)
+        arr = _pa_from_buffers(arrow_type, n, [validity, _take_buf(&c.data, nbitmap)], nulls)
     elif c.layout == LAYOUT_VARLEN:
         if n == 0:
             c.offsets.len = 0
         offsets = _take_buf(&c.offsets, 4 * (n + 1))
-        arr = pa.Array.from_buffers(arrow_type, n, [validity, offsets, _take_buf(&c.data, c.data.len)], nulls)
+        arr = _pa_from_buffers(arrow_type, n, [validity, offsets, _take_buf(&c.data, c.data.len)], nulls)
     else:
         if n == 0:
             c.offsets.len = 0
         offsets = _take_buf(&c.offsets, 4 * (n + 1))
         child = col_export(c.child, arrow_type.value_type)
-        arr = pa.Array.from_buffers(arrow_type, n, [validity, offsets], nulls, children=[child])
+        arr = _pa_from_buffers(arrow_type, n, [validity, offsets], nulls, children=[child])
     c.length = 0
     c.any_toast = False
     c.any_binary = False
@@ -956,4 +956,4 @@ cdef object col_export_toast_mask(Column *c):
     cdef Py_ssize_t n = c.length
     if not c.any_toast:
         return None
-    return pa.Array.from_buffers(pa.bool_(), n, [None, _take_buf(&c.toast, (n + 7) >> 3)], 0)
+    return _pa_from_buffers(pa.bool_(), n, [None, _take_buf(&c.toast, (n + 7) >> 3)], 0)

@@ -84,7 +84,7 @@ cdef object _own_buffer(unsigned char *p, Py_ssize_t size):
     nb.ptr = p
     nb.size = size
     nb.uncached = True
-    return pa.py_buffer(nb)
+    return _pa_py_buffer(nb)
 
 
 @cython.auto_pickle(False)
@@ -270,12 +270,12 @@ cdef class MessageColumns:
         self.data.cap = self.data.len = 0
         self.ends.len = self.lsns.len = 0
         dtype = pa.large_binary() if large else pa.binary()
-        arr = pa.Array.from_buffers(dtype, n, [None, _own_buffer(offs, (n + 1) * (8 if large else 4)),
+        arr = _pa_from_buffers(dtype, n, [None, _own_buffer(offs, (n + 1) * (8 if large else 4)),
                                                _own_buffer(data, total)])
         if large:
             arr = arr.cast(pa.binary())   # raises: a chunk is never that large
-        return [pa.Array.from_buffers(pa.int64(), n, [None, _own_buffer(lsn, n * 8)]), arr,
-                pa.Array.from_buffers(pa.int64(), n, [None, _own_buffer(ords, n * 8)])]
+        return [_pa_from_buffers(pa.int64(), n, [None, _own_buffer(lsn, n * 8)]), arr,
+                _pa_from_buffers(pa.int64(), n, [None, _own_buffer(ords, n * 8)])]
 
 
 @cython.auto_pickle(False)

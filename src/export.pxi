@@ -2,11 +2,20 @@
 # its committed event rows (and a typed table's specials column) to Arrow. Functions of
 # DecoderCore (decoder_core.pxi) taking it as `self`.
 
+cdef bint _any_truncate(const unsigned char *flags, Py_ssize_t n) noexcept nogil:
+    """Whether any event row is a Truncate's (its flags byte is not 0xFF)."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        if flags[i] != 0xFF:
+            return True
+    return False
+
+
 cdef object _truncate_options(object flags):
     """list<string> per event row: the Truncate's options, null for other operations."""
     is_t = flags != 0xFF
     if not is_t.any():
-        return pa.nulls(len(flags), pa.list_(pa.string()))
+        return _null_array(_pa_list_str, len(flags))
     cascade = is_t & ((flags & 1) != 0)
     restart = is_t & ((flags & 2) != 0)
     counts = cascade.astype(np.int32) + restart.astype(np.int32)
@@ -18,9 +27,9 @@ cdef object _truncate_options(object flags):
     names[starts[restart] + cascade[restart]] = "restart_identity"
     # (from buffers: ListArray.from_arrays with a mask imports pyarrow.compute)
     nulls = int(np.count_nonzero(~is_t))
-    return pa.Array.from_buffers(
+    return _pa_from_buffers(
         pa.list_(pa.string()), len(flags),
-        [pa.py_buffer(np.packbits(is_t, bitorder="little")) if nulls else None, pa.py_buffer(offsets)],
+        [_pa_py_buffer(np.packbits(is_t, bitorder="little")) if nulls else None, _pa_py_buffer(offsets)],
         nulls, children=[_pa_strings(names)])
 
 
@@ -157,24 +166,26 @@ cdef object export_store(DecoderCore self, EvStore *e, Py_ssize_t n):
     rb_ids = _np_from_buf(&e.rb, np.int32, n)
     schemas = _strings_by_id_np([rb.version.schema for rb in self.rb_all], rb_ids)
     tables = _strings_by_id_np([rb.version.relname for rb in self.rb_all], rb_ids)
-    relid = pa.Array.from_buffers(pa.int64(), n, [None, _take_buf(&e.relid, 8 * n)])
+    relid = _pa_from_buffers(pa.int64(), n, [None, _take_buf(&e.relid, 8 * n)])
     before_kind = _kind_strings(<const unsigned char *>e.before_kind.data, n)
     e.before_kind.len = 0             # (read, not handed over: its memory stays)
     before = map_export(&e.before)
     after = map_export(&e.after)
     if e.toast_off.len == 0:
-        toast_off = np.zeros(n + 1, np.int32)
+        _take_buf(&e.toast_ids, 0)           # (handed over and let go, as when it is read)
+        toast = _toast_lists(n, [], [])      # (none: empty lists, a slice of one array)
     else:
         toast_off = _np_from_buf(&e.toast_off, np.int32, n + 1)
-    nt = int(toast_off[n]) if n else 0
-    toast_names = _strings_by_id_np(self.names, _np_from_buf(&e.toast_ids, np.int32, nt))
-    toast = pa.ListArray.from_arrays(_pa_from_np(toast_off, pa.int32()), toast_names)
-    trunc = _np_from_buf(&e.trunc, np.uint8, n)
-    cols = {
-        "lsn": meta["lsn"], "commit_lsn": meta["commit_lsn"], "commit_ts": meta["commit_ts"],
-        "xid": meta["xid"], "seq": meta["seq"], "op": meta["op"], "schema": schemas,
-        "table": tables, "relid": relid, "before": before, "before_kind": before_kind,
-        "after": after, "unchanged_toast": toast, "origin": meta["origin"],
-        "truncate_options": _truncate_options(trunc),
-    }
-    return pa.RecordBatch.from_pydict(cols, schema=EVENT_SCHEMA)
+        nt = int(toast_off[n]) if n else 0
+        toast_names = _strings_by_id_np(self.names, _np_from_buf(&e.toast_ids, np.int32, nt))
+        toast = pa.ListArray.from_arrays(_pa_from_np(toast_off, pa.int32()), toast_names)
+    if e.trunc.len < n or _any_truncate(<const unsigned char *>e.trunc.data, n):
+        trunc = _truncate_options(_np_from_buf(&e.trunc, np.uint8, n))
+    else:
+        _take_buf(&e.trunc, n)            # (handed over and let go, as when it is read)
+        trunc = _null_array(_pa_list_str, n)
+    # (in EVENT_SCHEMA's order)
+    return pa.RecordBatch.from_arrays([
+        meta["lsn"], meta["commit_lsn"], meta["commit_ts"], meta["xid"], meta["seq"],
+        meta["op"], schemas, tables, relid, before, before_kind, after, toast,
+        meta["origin"], trunc], schema=EVENT_SCHEMA)

@@ -233,7 +233,7 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
         offs.len = 4 * (n + 1)
         data.len = end
         valid.len = (n + 7) >> 3 if nulls else 0
-        return pa.Array.from_buffers(pa.string(), n, [_take_buf(&valid, valid.len) if nulls else None,
+        return _pa_from_buffers(pa.string(), n, [_take_buf(&valid, valid.len) if nulls else None,
                                                       _take_buf(&offs, offs.len), _take_buf(&data, end)],
                                      nulls)
     finally:
@@ -277,7 +277,7 @@ cdef object _kind_strings(const unsigned char *kinds, Py_ssize_t n):
         offs.len = 4 * (n + 1)
         data.len = end
         valid.len = (n + 7) >> 3
-        return pa.Array.from_buffers(pa.string(), n, [_take_buf(&valid, (n + 7) >> 3) if nulls else None,
+        return _pa_from_buffers(pa.string(), n, [_take_buf(&valid, (n + 7) >> 3) if nulls else None,
                                                       _take_buf(&offs, 4 * (n + 1)), _take_buf(&data, end)],
                                      nulls)
     finally:
@@ -306,7 +306,7 @@ cdef object map_export(MapB *mb):
     mb.valid.len = 0                      # (kept for the next rows when not handed over)
     offsets = _take_buf(&mb.offsets, 4 * (n + 1))
     mb.rows = 0
-    return pa.Array.from_buffers(MAP_TYPE, n, [validity, offsets], nulls, children=[entries])
+    return _pa_from_buffers(MAP_TYPE, n, [validity, offsets], nulls, children=[entries])
 
 
 # -- the change-event table's buffers ----------------------------------------------

@@ -261,8 +261,8 @@ cdef object _pa_from_np(object values, object typ, object null_mask=None):
     if null_mask is not None:
         nulls = int(np.count_nonzero(null_mask))
         if nulls:
-            valid = pa.py_buffer(np.packbits(~np.asarray(null_mask, dtype=bool), bitorder="little"))
-    return pa.Array.from_buffers(typ, n, [valid, pa.py_buffer(values)], nulls)
+            valid = _pa_py_buffer(np.packbits(~np.asarray(null_mask, dtype=bool), bitorder="little"))
+    return _pa_from_buffers(typ, n, [valid, _pa_py_buffer(values)], nulls)
 
 
 cdef object _pa_strings(object values):
@@ -285,10 +285,10 @@ cdef object _pa_strings(object values):
         off[i + 1] = at
     if at >= 0x7FFFFFFF:
         raise OverflowError("more than 2 GiB of strings in one array")
-    return pa.Array.from_buffers(
+    return _pa_from_buffers(
         pa.string(), n,
-        [pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None,
-         pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))], nulls)
+        [_pa_py_buffer(np.packbits(valid, bitorder="little")) if nulls else None,
+         _pa_py_buffer(offsets.astype(np.int32)), _pa_py_buffer(b"".join(encoded))], nulls)
 
 
 cdef object _np_from_pa_bool(object arr):
@@ -327,28 +327,57 @@ cdef object _zeros(Py_ssize_t nbytes):
             size = 2 * _zero_mapping.size
         while size < nbytes:
             size *= 2
-        _zero_mapping = pa.py_buffer(_mmap.mmap(-1, size, flags=_mmap.MAP_PRIVATE, prot=_mmap.PROT_READ))
+        _zero_mapping = _pa_py_buffer(_mmap.mmap(-1, size, flags=_mmap.MAP_PRIVATE, prot=_mmap.PROT_READ))
     return _zero_mapping.slice(0, nbytes)
 
 
+cdef dict _null_arrays = {}            # Arrow type -> an all-null array of it (the longest so far)
+cdef dict _null_by_id = {}             # id(type object) -> (the object, its _null_arrays entry)
+
+
 cdef object _null_array(object t, Py_ssize_t n):
+    """pa.nulls(n, t): a slice of one all-null array per type, kept and grown by
+    doubling (arrays are immutable; a feed's export asks for several per relation: the
+    _before struct and its fields when no old image came, _before_kind, _special,
+    _origin, and which took more than a small feed's decode to build each time)."""
+    cdef Py_ssize_t have
+    cdef tuple seen
+    if n == 0:
+        return pa.nulls(0, t)
+    # found by the type object first (a DataType's hash prints it: microseconds for a
+    # struct), then by its value; the entry holds the object, so its id stays its own
+    seen = _null_by_id.get(id(t))
+    arr = seen[1] if seen is not None and seen[0] is t else _null_arrays.get(t)
+    have = len(arr) if arr is not None else 0
+    if have < n:
+        have = max(n, 2 * have, 1024)
+        arr = _null_array_new(t, have)
+        _null_arrays[t] = arr
+    if seen is None or seen[0] is not t or seen[1] is not arr:
+        if len(_null_by_id) >= 256:
+            _null_by_id.clear()
+        _null_by_id[id(t)] = (t, arr)
+    return arr if have == n else arr.slice(0, n)
+
+
+cdef object _null_array_new(object t, Py_ssize_t n):
     """pa.nulls(n, t) with every buffer a view of the shared zero mapping (children of a
     struct all null too); pa.nulls itself for a layout not handled here."""
     cdef Py_ssize_t vb = (n + 7) >> 3, w
     if n == 0:
         return pa.nulls(0, t)
     if pa.types.is_boolean(t):
-        return pa.Array.from_buffers(t, n, [_zeros(vb), _zeros(vb)], n)
+        return _pa_from_buffers(t, n, [_zeros(vb), _zeros(vb)], n)
     if pa.types.is_string(t) or pa.types.is_binary(t):
-        return pa.Array.from_buffers(t, n, [_zeros(vb), _zeros(4 * (n + 1)), _zeros(0)], n)
+        return _pa_from_buffers(t, n, [_zeros(vb), _zeros(4 * (n + 1)), _zeros(0)], n)
     if pa.types.is_large_string(t) or pa.types.is_large_binary(t):
-        return pa.Array.from_buffers(t, n, [_zeros(vb), _zeros(8 * (n + 1)), _zeros(0)], n)
+        return _pa_from_buffers(t, n, [_zeros(vb), _zeros(8 * (n + 1)), _zeros(0)], n)
     if pa.types.is_list(t) or pa.types.is_map(t):
-        return pa.Array.from_buffers(t, n, [_zeros(vb), _zeros(4 * (n + 1))], n,
+        return _pa_from_buffers(t, n, [_zeros(vb), _zeros(4 * (n + 1))], n,
                                      children=[_null_array(t.value_type if pa.types.is_list(t)
                                                            else pa.struct([t.key_field, t.item_field]), 0)])
     if pa.types.is_struct(t):
-        return pa.Array.from_buffers(t, n, [_zeros(vb)], n,
+        return _pa_from_buffers(t, n, [_zeros(vb)], n,
                                      children=[_null_array(t.field(i).type, n) for i in range(t.num_fields)])
     if not (pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_null(t)):
         try:
@@ -356,7 +385,7 @@ cdef object _null_array(object t, Py_ssize_t n):
         except ValueError:
             w = 0
         if w and w % 8 == 0:
-            return pa.Array.from_buffers(t, n, [_zeros(vb), _zeros(n * (w // 8))], n)
+            return _pa_from_buffers(t, n, [_zeros(vb), _zeros(n * (w // 8))], n)
     return pa.nulls(n, t)
 
 
@@ -379,7 +408,7 @@ cdef object _iota32(Py_ssize_t count):
             size *= 2
         if size > 0x80000000:
             size = 0x80000000
-        _iota_buffer = pa.py_buffer(np.arange(size, dtype=np.int32))
+        _iota_buffer = _pa_py_buffer(np.arange(size, dtype=np.int32))
     return _iota_buffer.slice(0, 4 * count)
 
 
@@ -413,26 +442,36 @@ cdef object _lsn_validity(const int64_t *lsn, Py_ssize_t n, Py_ssize_t *nulls):
     return _take_buf(&b, (n + 7) >> 3)
 
 
+cdef bint _any_origin(const int32_t *origin, Py_ssize_t n) noexcept nogil:
+    """Whether any row has an origin (its id >= 0; -1 = none)."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        if origin[i] >= 0:
+            return True
+    return False
+
+
 cdef dict meta_export(Meta *m, object origins, str prefix):
     """Arrow arrays of the metadata columns (the Meta is left empty)."""
     cdef Py_ssize_t n = m.rows
     cdef Py_ssize_t lsn_nulls = 0
     lsn_valid = _lsn_validity(<const int64_t *>m.lsn.data, n, &lsn_nulls) if n else None
     out = {}
-    out[prefix + "op"] = pa.Array.from_buffers(
+    out[prefix + "op"] = _pa_from_buffers(
         pa.string(), n, [None, _iota32(n + 1), _take_buf(&m.op, n)])
-    out[prefix + "lsn"] = pa.Array.from_buffers(pa.int64(), n, [lsn_valid, _take_buf(&m.lsn, 8 * n)],
+    out[prefix + "lsn"] = _pa_from_buffers(pa.int64(), n, [lsn_valid, _take_buf(&m.lsn, 8 * n)],
                                                 lsn_nulls)
-    out[prefix + "commit_lsn"] = pa.Array.from_buffers(pa.int64(), n, [None, _take_buf(&m.commit_lsn, 8 * n)])
-    out[prefix + "commit_ts"] = pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n,
+    out[prefix + "commit_lsn"] = _pa_from_buffers(pa.int64(), n, [None, _take_buf(&m.commit_lsn, 8 * n)])
+    out[prefix + "commit_ts"] = _pa_from_buffers(_pa_ts_utc, n,
                                                       [None, _take_buf(&m.commit_ts, 8 * n)])
-    out[prefix + "xid"] = pa.Array.from_buffers(pa.int64(), n, [None, _take_buf(&m.xid, 8 * n)])
-    out[prefix + "seq"] = pa.Array.from_buffers(pa.int64(), n, [None, _take_buf(&m.seq, 8 * n)])
-    origin = _np_from_buf(&m.origin, np.int32, n)
-    if n and origin.max() >= 0:
+    out[prefix + "xid"] = _pa_from_buffers(pa.int64(), n, [None, _take_buf(&m.xid, 8 * n)])
+    out[prefix + "seq"] = _pa_from_buffers(pa.int64(), n, [None, _take_buf(&m.seq, 8 * n)])
+    if m.origin.len < 4 * n or _any_origin(<const int32_t *>m.origin.data, n):
+        origin = _np_from_buf(&m.origin, np.int32, n)
         out[prefix + "origin"] = _strings_by_id_np(origins, origin)     # (take: pyarrow.compute)
     else:
-        out[prefix + "origin"] = _null_array(pa.string(), n)
+        _take_buf(&m.origin, 4 * n)      # (handed over and let go, as when it is read:
+        out[prefix + "origin"] = _null_array(pa.string(), n)   # the block cache's sizes)
     m.rows = 0
     return out
 

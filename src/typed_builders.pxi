@@ -102,6 +102,9 @@ cdef void rel_hint_keep(uint32_t relid, int ncols, Buf **bufs, int n,
             h.sizes[i] = bufs[i].hint
     h.feed_bytes = feed_bytes
 
+_META_COLUMNS = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_origin")
+
+
 @cython.final
 cdef class RelBuilders:
     """Typed column builders of one relation version (new image, old image, metadata)."""
@@ -131,6 +134,11 @@ cdef class RelBuilders:
                                        # waits on whether a value comes in binary)
     cdef Py_ssize_t hint_feed          # the bytes of the feed whose size hints they took
     cdef bint hinted                   # they took the process's size hints (hints_take)
+    cdef tuple exp_types               # the typed columns' Arrow types at the last export,
+    cdef list exp_struct_fields        # and what they make: _before's fields and type,
+    cdef object exp_struct             # and the table's schema (each export built them
+    cdef object exp_schema             # anew: a fixed cost of every feed)
+    cdef tuple exp_tail                # the other columns' types at the last export
 
     def __dealloc__(self):
         cdef int i
@@ -445,16 +453,16 @@ cdef class RelBuilders:
         """pa.Table of all rows (all committed); builders are left empty."""
         cdef Py_ssize_t n = self.meta.rows
         cdef int i
-        cdef list names = list(self.version.column_names)
+        cdef list names = None               # (the catalog's names: only when needed)
         cdef list arrays = []
         cdef list fields = []
         binary_unknown = core.binary_unknown
         toast_masks = []
         special = export_specials_column(core, self, n)
         meta = meta_export(&self.meta, core.origins, "_")
-        for key in ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_origin"):
+        for key in _META_COLUMNS:
             arrays.append(meta[key])
-            fields.append(pa.field(key, meta[key].type, nullable=(key in ("_lsn", "_origin"))))
+        types = []
         for i in range(self.ncols):
             mask = col_export_toast_mask(self.cols[i])
             if mask is not None:
@@ -465,9 +473,18 @@ cdef class RelBuilders:
                 self.before[i].any_binary = False
             arr = col_export(self.cols[i], t)
             arrays.append(arr)
-            fields.append(pa.field(names[i], arr.type))
+            types.append(arr.type)
+        # the schema is a function of the typed columns' types (every other column's
+        # type is fixed): the last export's, when they are the same
+        key_types = tuple(types)
+        if self.exp_types is None or self.exp_types != key_types:
+            self.exp_types = key_types
+            names = list(self.version.column_names)
+            self.exp_struct_fields = [pa.field(names[i], types[i]) for i in range(self.ncols)]
+            self.exp_struct = pa.struct(self.exp_struct_fields)
+            self.exp_schema = None
         # _before: struct of the typed fields, null where no old tuple was sent
-        struct_fields = fields[7:]
+        struct_fields = self.exp_struct_fields
         m = self.nbefore
         if self.before != NULL and m:
             children = []
@@ -477,11 +494,11 @@ cdef class RelBuilders:
                     child = child.cast(struct_fields[i].type)
                 children.append(child)
             dense = pa.StructArray.from_arrays(children, fields=struct_fields) if self.ncols else \
-                pa.Array.from_buffers(pa.struct([]), m, [None], children=[])
+                _pa_from_buffers(pa.struct([]), m, [None], children=[])
             rows_buf = _take_buf(&self.before_rows, 4 * m)     # row index of each old image
             kinds = _take_buf(&self.before_kind, m)
             rows = <const int32_t *><size_t>rows_buf.address
-            before = _spread_struct(dense, rows, m, n) if _rows_ascending(rows, m, n) else None
+            before = _spread_struct(dense, rows, m, n, self.exp_types) if _rows_ascending(rows, m, n) else None
             if before is not None:
                 before_kind = _spread_kinds(kinds, rows, m, n)
             else:                        # (a type _spread does not lay out)
@@ -497,31 +514,41 @@ cdef class RelBuilders:
             if self.before != NULL:
                 for i in range(self.ncols):
                     col_truncate(self.before[i], 0)
-            before = _null_array(pa.struct(struct_fields), n)
+            before = _null_array(self.exp_struct, n)
             before_kind = _null_array(pa.string(), n)
         self.nbefore = 0
         self.before_rows.len = 0
         self.before_kind.len = 0
         arrays.append(before)
-        fields.append(pa.field("_before", before.type))
         arrays.append(before_kind)
-        fields.append(pa.field("_before_kind", pa.string()))
+        if toast_masks and names is None:
+            names = list(self.version.column_names)
         toast = _toast_lists(n, toast_masks, names)
         arrays.append(toast)
-        fields.append(pa.field("_unchanged_toast", toast.type))
         arrays.append(special)
-        fields.append(pa.field("_special", special.type))
         self.specials = []
         self.committed = 0
         self.committed_before = 0
         self._hints_keep(core.feed_bytes)
-        v = self.version
-        md = {b"pgoutput_fast.relid": str(v.relid).encode(),
-              b"pgoutput_fast.version": str(v.version).encode(),
-              b"pgoutput_fast.from_lsn": str(v.from_lsn).encode(),
-              b"pgoutput_fast.key_columns": ",".join(v.key_columns).encode("utf-8", "surrogateescape"),
-              b"pgoutput_fast.replident": v.replident.encode()}
-        return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=md))
+        # (the columns besides the typed ones: meta_export types the other six itself)
+        tail = (meta["_origin"].type, before.type, before_kind.type, toast.type, special.type)
+        if self.exp_schema is None or self.exp_tail != tail:
+            self.exp_tail = tail
+            for key in _META_COLUMNS:
+                fields.append(pa.field(key, meta[key].type, nullable=(key in ("_lsn", "_origin"))))
+            fields.extend(struct_fields)
+            fields.append(pa.field("_before", before.type))
+            fields.append(pa.field("_before_kind", before_kind.type))
+            fields.append(pa.field("_unchanged_toast", toast.type))
+            fields.append(pa.field("_special", special.type))
+            v = self.version
+            md = {b"pgoutput_fast.relid": str(v.relid).encode(),
+                  b"pgoutput_fast.version": str(v.version).encode(),
+                  b"pgoutput_fast.from_lsn": str(v.from_lsn).encode(),
+                  b"pgoutput_fast.key_columns": ",".join(v.key_columns).encode("utf-8", "surrogateescape"),
+                  b"pgoutput_fast.replident": v.replident.encode()}
+            self.exp_schema = pa.schema(fields, metadata=md)
+        return pa.Table.from_arrays(arrays, schema=self.exp_schema)
 
 
 # -- _before: the dense old images spread over all rows ------------------------------
@@ -584,10 +611,11 @@ cdef void _spread_fixed(unsigned char *out, const unsigned char *src, const int3
             memcpy(out + <Py_ssize_t>rows[j] * w, src + j * w, <size_t>w)
 
 
-cdef object _spread(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t n):
+cdef object _spread(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t n, object t):
     """The n-row array with dense[j] at row rows[j] and nulls elsewhere; None for a
     layout not handled here (the caller takes the general path). A large one is
-    written without the GIL (the pieces of decode_parallel export at the same time)."""
+    written without the GIL (the pieces of decode_parallel export at the same time).
+    t: dense's type (an object kept from export to export: _null_array finds it)."""
     cdef Buf valid, data, offs
     cdef Py_ssize_t count = 0, j, w
     cdef const unsigned char *src_valid = NULL
@@ -595,7 +623,8 @@ cdef object _spread(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t 
     cdef const int32_t *src_off
     cdef int rc
     cdef bint big = n >= SPREAD_NOGIL_ROWS
-    t = dense.type
+    if not t.equals(dense.type):
+        t = dense.type
     if dense.offset != 0 or len(dense) != m:
         return None
     if m and dense.null_count == m:     # (a field a key image leaves out)
@@ -639,7 +668,7 @@ cdef object _spread(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t 
                 children = [dense.values]
             else:
                 values = [_take_buf(&offs, 4 * (n + 1)),
-                          bufs[2] if bufs[2] is not None else pa.py_buffer(b"")]
+                          bufs[2] if bufs[2] is not None else _pa_py_buffer(b"")]
                 children = None
         else:
             try:
@@ -663,7 +692,7 @@ cdef object _spread(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t 
             children = None
         nulls = n - count
         vbuf = _take_buf(&valid, (n + 7) >> 3) if nulls else None
-        return pa.Array.from_buffers(t, n, [vbuf] + values, nulls, children=children)
+        return _pa_from_buffers(t, n, [vbuf] + values, nulls, children=children)
     finally:
         buf_free(&valid); buf_free(&data); buf_free(&offs)
 
@@ -677,13 +706,17 @@ cdef bint _rows_ascending(const int32_t *rows, Py_ssize_t m, Py_ssize_t n) noexc
     return True
 
 
-cdef object _spread_struct(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t n):
-    """_before: the dense struct of old images spread over n rows (None: not handled)."""
+cdef object _spread_struct(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t n,
+                           tuple types):
+    """_before: the dense struct of old images spread over n rows (None: not handled).
+    types: its fields' types (the objects the relation's builders keep)."""
     cdef Buf valid
     cdef Py_ssize_t count = 0
+    cdef Py_ssize_t i = 0
     children = []
     for child in dense.flatten():
-        spread = _spread(child, rows, m, n)
+        spread = _spread(child, rows, m, n, types[i])
+        i += 1
         if spread is None:
             return None
         children.append(spread)
@@ -700,7 +733,7 @@ cdef object _spread_struct(object dense, const int32_t *rows, Py_ssize_t m, Py_s
         vbuf = _take_buf(&valid, (n + 7) >> 3) if n - m else None
     finally:
         buf_free(&valid)
-    return pa.Array.from_buffers(dense.type, n, [vbuf], n - m, children=children)
+    return _pa_from_buffers(dense.type, n, [vbuf], n - m, children=children)
 
 
 cdef int _spread_kind_bufs(Buf *valid, Buf *offs, const int32_t *rows, Py_ssize_t m,
@@ -735,17 +768,27 @@ cdef object _spread_kinds(object kinds, const int32_t *rows, Py_ssize_t m, Py_ss
         if rc < 0:
             raise MemoryError()
         vbuf = _take_buf(&valid, (n + 7) >> 3) if n - m else None
-        return pa.Array.from_buffers(pa.string(), n, [vbuf, _take_buf(&offs, 4 * (n + 1)), kinds], n - m)
+        return _pa_from_buffers(pa.string(), n, [vbuf, _take_buf(&offs, 4 * (n + 1)), kinds], n - m)
     finally:
         buf_free(&valid); buf_free(&offs)
 
 
+cdef object _no_toast = None           # list<string> of empty lists (the longest so far)
+
+
 cdef object _toast_lists(Py_ssize_t n, list masks, list names):
     """list<string> per row: names of the columns sent as unchanged TOAST."""
+    global _no_toast
+    cdef Py_ssize_t have
     if not masks:
-        return pa.Array.from_buffers(pa.list_(pa.string()), n,
-                                     [None, _zeros(4 * (n + 1))], 0,
-                                     children=[_pa_strings([])])
+        # (a slice of one array of empty lists, grown by doubling: most tables have none)
+        have = len(_no_toast) if _no_toast is not None else -1
+        if have < n:
+            have = max(n, 2 * have, 1024)
+            _no_toast = _pa_from_buffers(pa.list_(pa.string()), have,
+                                              [None, _zeros(4 * (have + 1))], 0,
+                                              children=[_pa_strings([])])
+        return _no_toast if have == n else _no_toast.slice(0, n)
     mat = np.stack([_np_from_pa_bool(m) for _, m in masks], axis=1)
     rows, cols = np.nonzero(mat)
     colnames = _pa_strings([names[i] for i, _ in masks])
