@@ -12,10 +12,9 @@ cdef bint _any_truncate(const unsigned char *flags, Py_ssize_t n) noexcept nogil
 
 
 cdef object _truncate_options(object flags):
-    """list<string> per event row: the Truncate's options, null for other operations."""
+    """list<string> per event row: the Truncate's options, null for other operations
+    (export_store calls it when one row is a Truncate's; else the column is all null)."""
     is_t = flags != 0xFF
-    if not is_t.any():
-        return _null_array(_pa_list_str, len(flags))
     cascade = is_t & ((flags & 1) != 0)
     restart = is_t & ((flags & 2) != 0)
     counts = cascade.astype(np.int32) + restart.astype(np.int32)

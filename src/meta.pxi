@@ -331,33 +331,60 @@ cdef object _zeros(Py_ssize_t nbytes):
     return _zero_mapping.slice(0, nbytes)
 
 
-cdef dict _null_arrays = {}            # Arrow type -> an all-null array of it (the longest so far)
-cdef dict _null_by_id = {}             # id(type object) -> (the object, its _null_arrays entry)
+# -- arrays kept from export to export ---------------------------------------------------
+# A feed's export asks for several columns that hold nothing of the feed (per relation:
+# the _before struct and its fields when no old image came, _before_kind, _special,
+# _origin; empty _unchanged_toast lists), which took more than a small feed's decode to
+# build each time. Arrays are immutable: each is a slice of one kept per type, grown by
+# doubling (over the zero mapping: no memory).
+
+ctypedef object (*array_fn)(object, Py_ssize_t)
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class _KeptArrays:
+    """One array per Arrow type, made by `make` and handed out as slices."""
+    cdef dict by_value                 # Arrow type -> its array (the longest so far)
+    cdef dict by_id                    # id(type object) -> (the object, its array)
+    cdef array_fn make
+
+    cdef object get(self, object t, Py_ssize_t n):
+        """make(t, n), as a slice of the kept array."""
+        cdef Py_ssize_t have
+        cdef tuple seen
+        # found by the type object first (a DataType's hash prints it: microseconds for
+        # a struct), then by its value; the entry holds the object, so its id stays its own
+        seen = self.by_id.get(id(t))
+        arr = seen[1] if seen is not None and seen[0] is t else self.by_value.get(t)
+        have = len(arr) if arr is not None else -1
+        if have < n:
+            have = max(n, 2 * have, 1024)
+            arr = self.make(t, have)
+            self.by_value[t] = arr
+        if seen is None or seen[0] is not t or seen[1] is not arr:
+            if len(self.by_id) >= 256:
+                self.by_id.clear()
+            self.by_id[id(t)] = (t, arr)
+        return arr if have == n else arr.slice(0, n)
+
+
+cdef _KeptArrays _kept_arrays(array_fn make):
+    cdef _KeptArrays k = _KeptArrays.__new__(_KeptArrays)
+    k.by_value = {}
+    k.by_id = {}
+    k.make = make
+    return k
+
+
+cdef _KeptArrays _null_arrays          # (made below, after the function it calls)
 
 
 cdef object _null_array(object t, Py_ssize_t n):
-    """pa.nulls(n, t): a slice of one all-null array per type, kept and grown by
-    doubling (arrays are immutable; a feed's export asks for several per relation: the
-    _before struct and its fields when no old image came, _before_kind, _special,
-    _origin, and which took more than a small feed's decode to build each time)."""
-    cdef Py_ssize_t have
-    cdef tuple seen
+    """pa.nulls(n, t), a slice of one kept all-null array of t."""
     if n == 0:
         return pa.nulls(0, t)
-    # found by the type object first (a DataType's hash prints it: microseconds for a
-    # struct), then by its value; the entry holds the object, so its id stays its own
-    seen = _null_by_id.get(id(t))
-    arr = seen[1] if seen is not None and seen[0] is t else _null_arrays.get(t)
-    have = len(arr) if arr is not None else 0
-    if have < n:
-        have = max(n, 2 * have, 1024)
-        arr = _null_array_new(t, have)
-        _null_arrays[t] = arr
-    if seen is None or seen[0] is not t or seen[1] is not arr:
-        if len(_null_by_id) >= 256:
-            _null_by_id.clear()
-        _null_by_id[id(t)] = (t, arr)
-    return arr if have == n else arr.slice(0, n)
+    return _null_arrays.get(t, n)
 
 
 cdef object _null_array_new(object t, Py_ssize_t n):
@@ -387,6 +414,9 @@ cdef object _null_array_new(object t, Py_ssize_t n):
         if w and w % 8 == 0:
             return _pa_from_buffers(t, n, [_zeros(vb), _zeros(n * (w // 8))], n)
     return pa.nulls(n, t)
+
+
+_null_arrays = _kept_arrays(_null_array_new)
 
 
 cdef object _iota_buffer = None        # pa.Buffer of int32 0, 1, 2, ... (the largest so far)

@@ -712,11 +712,9 @@ cdef object _spread_struct(object dense, const int32_t *rows, Py_ssize_t m, Py_s
     types: its fields' types (the objects the relation's builders keep)."""
     cdef Buf valid
     cdef Py_ssize_t count = 0
-    cdef Py_ssize_t i = 0
     children = []
-    for child in dense.flatten():
-        spread = _spread(child, rows, m, n, types[i])
-        i += 1
+    for child, t in zip(dense.flatten(), types):
+        spread = _spread(child, rows, m, n, t)
         if spread is None:
             return None
         children.append(spread)
@@ -773,22 +771,18 @@ cdef object _spread_kinds(object kinds, const int32_t *rows, Py_ssize_t m, Py_ss
         buf_free(&valid); buf_free(&offs)
 
 
-cdef object _no_toast = None           # list<string> of empty lists (the longest so far)
+cdef object _empty_lists_new(object t, Py_ssize_t n):
+    """n empty lists of list type t (of strings)."""
+    return _pa_from_buffers(t, n, [None, _zeros(4 * (n + 1))], 0, children=[_pa_strings([])])
+
+
+cdef _KeptArrays _empty_lists = _kept_arrays(_empty_lists_new)
 
 
 cdef object _toast_lists(Py_ssize_t n, list masks, list names):
     """list<string> per row: names of the columns sent as unchanged TOAST."""
-    global _no_toast
-    cdef Py_ssize_t have
-    if not masks:
-        # (a slice of one array of empty lists, grown by doubling: most tables have none)
-        have = len(_no_toast) if _no_toast is not None else -1
-        if have < n:
-            have = max(n, 2 * have, 1024)
-            _no_toast = _pa_from_buffers(pa.list_(pa.string()), have,
-                                              [None, _zeros(4 * (have + 1))], 0,
-                                              children=[_pa_strings([])])
-        return _no_toast if have == n else _no_toast.slice(0, n)
+    if not masks:                        # (most tables have none)
+        return _empty_lists.get(_pa_list_str, n)
     mat = np.stack([_np_from_pa_bool(m) for _, m in masks], axis=1)
     rows, cols = np.nonzero(mat)
     colnames = _pa_strings([names[i] for i, _ in masks])
