@@ -20,15 +20,16 @@ from typed or event input) and ``streaming`` (Structured Streaming over a growin
 directory).
 """
 
-from .decode import (SegmentCatalog, build_catalog, decode, get_spark, read_segments,
-                     segment_groups, tables_of, typed_schema)
+from .decode import (DecodedTables, SegmentCatalog, build_catalog, decode, decode_tables,
+                     get_spark, read_segments, segment_groups, tables_of, typed_schema)
 from .rows import EVENT_FIELDS, RowCatalog, decode_rows, decode_udf, row_catalog
 from .apply import ApplyError, DeltaImage, apply_changes, events_to_typed, read_table
 from .streaming import process_new_segments, start_stream
 from .views import to_debezium, to_delta_cdf
 from .types import from_spark_array, spark_arrow_type, to_spark_array
 
-__all__ = ["read_segments", "build_catalog", "decode", "decode_udf", "decode_rows", "row_catalog",
+__all__ = ["read_segments", "build_catalog", "decode", "decode_tables", "DecodedTables",
+           "decode_udf", "decode_rows", "row_catalog",
            "RowCatalog", "EVENT_FIELDS", "segment_groups",
            "SegmentCatalog", "typed_schema", "tables_of", "get_spark", "spark_arrow_type",
            "to_spark_array", "from_spark_array", "apply_changes", "events_to_typed", "read_table",

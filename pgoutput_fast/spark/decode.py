@@ -35,6 +35,12 @@ and ``_version`` (the relation version of each row). Spark types follow
 ``pgoutput_fast.spark.types``. Key columns carry the field metadata
 ``{"pgoutput_fast": {"key": true}}`` and ``_op`` carries the table name, key columns
 and replica identity, so ``apply_changes`` finds the keys without the catalog.
+
+Many tables: ``decode_tables(df, catalog)`` decodes the messages once for the typed rows
+of every table (or ``tables=``), kept as Arrow IPC record batches, one row per table and
+feed (cut at about 8 MiB); ``.table(name)`` reads one table's back as the same DataFrame
+``decode(table=name)`` gives. ``decode(table=)`` decodes every message for the one table
+it returns, so a job of K tables calling it K times decodes the stream K times.
 """
 
 from __future__ import annotations
@@ -49,7 +55,8 @@ import pyarrow as pa
 from ..catalog import RelationCatalog
 from .types import spark_arrow_type, to_spark_array
 
-__all__ = ["read_segments", "build_catalog", "decode", "segment_groups",
+__all__ = ["read_segments", "build_catalog", "decode", "decode_tables", "DecodedTables",
+           "segment_groups",
            "SegmentCatalog", "typed_schema", "get_spark", "MESSAGE_COLUMNS"]
 
 MESSAGE_COLUMNS = ("lsn", "data", "ordinal", "segment")
@@ -498,8 +505,12 @@ def conform_batch(table: pa.Table, version, schema: pa.Schema, spark: bool = Tru
         arrays.append(to_spark_array(arr) if spark else arr)
     if not spark:
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
-    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(
-        [pa.field(f.name, spark_arrow_type(f.type), f.nullable) for f in schema]))
+    return pa.RecordBatch.from_arrays(arrays, schema=_spark_arrow_schema(schema))
+
+
+def _spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
+    """The Arrow schema of ``conform_batch``'s Spark-mapped batches of ``schema``."""
+    return pa.schema([pa.field(f.name, spark_arrow_type(f.type), f.nullable) for f in schema])
 
 
 # ======================================================================================
@@ -507,7 +518,10 @@ def conform_batch(table: pa.Table, version, schema: pa.Schema, spark: bool = Tru
 # ======================================================================================
 
 def _decode_fn(catalog: SegmentCatalog, group_starts: list, table, schema, binary_unknown,
-               plans: dict | None = None):
+               plans: dict | None = None, packed: dict | None = None):
+    """The mapInArrow function of ``decode`` (``table`` None: the change events; else
+    that table's typed rows in ``schema``) or, with ``packed`` ({name: schema}), of
+    ``decode_tables``: every one of those tables' typed rows, as PACKED_SCHEMA rows."""
     starts = set(group_starts)
     plans = plans or {}
 
@@ -520,7 +534,22 @@ def _decode_fn(catalog: SegmentCatalog, group_starts: list, table, schema, binar
         expect = None
 
         def out(cs):
-            if table is None:
+            if packed is not None:
+                names, blobs = [], []
+                for version, t in cs.table_versions:
+                    sch = packed.get(version.qualified_name)
+                    if sch is None or not t.num_rows:
+                        continue
+                    if plan is not None:
+                        t = plan.shift_seq(t, "_commit_lsn", "_seq")
+                    for blob in _pack(conform_batch(t, version, sch)):
+                        names.append(version.qualified_name)
+                        blobs.append(blob)
+                if names:
+                    yield pa.RecordBatch.from_arrays(
+                        [pa.array(names, pa.string()), pa.array(blobs, pa.binary())],
+                        schema=PACKED_SCHEMA)
+            elif table is None:
                 if cs.events is not None and cs.events.num_rows:
                     ev = cs.events
                     if plan is not None:
@@ -553,8 +582,9 @@ def _decode_fn(catalog: SegmentCatalog, group_starts: list, table, schema, binar
                         "which is not the start of a segment group: decode() needs the "
                         "DataFrame of read_segments() as it is (not repartitioned, filtered "
                         "or reordered)")
-                dec = Decoder(catalog.as_of(first), events=table is None,
-                              tables=table is not None, binary_unknown=binary_unknown)
+                dec = Decoder(catalog.as_of(first), events=table is None and packed is None,
+                              tables=table is not None or packed is not None,
+                              binary_unknown=binary_unknown)
                 p = plans.get(str(first))
                 plan = PiecePlan.from_dict(p) if p else None
             ov = ords.to_numpy()
@@ -602,10 +632,119 @@ def decode(df, catalog: SegmentCatalog, *, table: str | None = None,
         schema = typed_schema(catalog, table, binary_unknown)
         out_schema = spark_schema(schema, table, catalog)
         fn = _decode_fn(catalog, group_starts, table, schema, binary_unknown, plans)
-    out = df.select("lsn", "data", "ordinal").mapInArrow(fn, out_schema)
-    # mapInArrow drops field metadata: restore it (keys, table name)
+    return _with_metadata(df.select("lsn", "data", "ordinal").mapInArrow(fn, out_schema),
+                          out_schema)
+
+
+def _with_metadata(out, out_schema):
+    """mapInArrow drops field metadata: restore it (keys, table name)."""
     return out.select(*[out[f.name].alias(f.name, metadata=f.metadata) if f.metadata else out[f.name]
                         for f in out_schema.fields])
+
+
+# ======================================================================================
+# decode_tables: one decode for many tables
+# ======================================================================================
+
+# A packed row: one table's typed rows of one feed (or a slice of them), in that table's
+# Spark-mapped unified schema, as an Arrow IPC record batch message (the schema is known
+# to both sides: typed_schema of the same catalog).
+PACKED_SCHEMA = pa.schema([pa.field("table", pa.string(), False),
+                           pa.field("rows", pa.binary(), False)])
+_PACK_BYTES = 8 << 20            # about this much per packed row (Spark holds a row whole)
+
+
+def _pack(batch: pa.RecordBatch):
+    """IPC messages of ``batch`` cut into slices of about _PACK_BYTES."""
+    n = batch.num_rows
+    if n == 0:
+        return
+    size = batch.nbytes
+    step = n if size <= _PACK_BYTES else max(1, int(n * _PACK_BYTES // size))
+    for at in range(0, n, step):
+        yield batch.slice(at, step).serialize().to_pybytes()
+
+
+def _unpack_fn(schema: pa.Schema):
+    arrow_schema = _spark_arrow_schema(schema)
+
+    def run(batches):
+        for b in batches:
+            for blob in b.column(0).to_pylist():
+                yield pa.ipc.read_record_batch(pa.py_buffer(blob), arrow_schema)
+    return run
+
+
+class DecodedTables:
+    """The typed rows of many tables from one decode (``decode_tables``).
+
+    ``frame``: the decoded DataFrame (``table``, ``rows``: Arrow IPC record batches of
+    that table's typed rows), to persist while its tables are read. ``table(name)``: the
+    typed DataFrame of one table, the same as ``decode(df, catalog, table=name)`` (same
+    schema and field metadata, same rows), read from ``frame`` instead of decoding the
+    messages again."""
+
+    def __init__(self, frame, catalog, tables, binary_unknown):
+        self.frame = frame
+        self.catalog = catalog
+        self.tables = list(tables)
+        self._binary_unknown = binary_unknown
+
+    def table(self, name: str):
+        if name not in self.tables:
+            raise KeyError(f"{name}: not one of the tables decoded ({len(self.tables)}: "
+                           "decode_tables(..., tables=) chooses them)")
+        schema = typed_schema(self.catalog, name, self._binary_unknown)
+        out_schema = spark_schema(schema, name, self.catalog)
+        from pyspark.sql import functions as F
+
+        rows = self.frame.where(F.col("table") == name).select("rows")
+        return _with_metadata(rows.mapInArrow(_unpack_fn(schema), out_schema), out_schema)
+
+    def persist(self, level=None):
+        """Persist ``frame`` (memory and disk by default) and compute it: each table
+        is then read from the stored rows, and the messages are decoded once."""
+        from pyspark import StorageLevel
+
+        self.frame = self.frame.persist(level or StorageLevel.MEMORY_AND_DISK)
+        self.frame.count()
+        return self
+
+    def unpersist(self):
+        self.frame.unpersist()
+
+    def __enter__(self):
+        return self.persist()
+
+    def __exit__(self, *exc):
+        self.unpersist()
+
+
+def decode_tables(df, catalog: SegmentCatalog, *, tables=None,
+                  binary_unknown: bool | None = None) -> DecodedTables:
+    """Decode a messages DataFrame (``read_segments``) once for the typed rows of
+    ``tables`` (default: every table of the catalog).
+
+    ``decode(df, catalog, table=name)`` decodes every message for each table it is
+    called for; a job that applies K tables pays K decodes. ``decode_tables`` runs one
+    ``mapInArrow`` that keeps each table's typed rows (Arrow IPC, in the table's Spark
+    schema); ``.table(name)`` reads one table's back. Persist it while its tables are
+    read (``with decode_tables(...) as dt:``), else each read decodes again."""
+    meta = _meta(df)
+    group_starts = list(meta.get("group_starts", []))
+    plans = json.loads(meta.get("plans") or "{}")
+    if binary_unknown is None:
+        binary_unknown = bool(getattr(catalog, "binary", False) or
+                              meta.get("options", {}).get("binary", False))
+    if not isinstance(catalog, SegmentCatalog):
+        raise TypeError("decode_tables() needs the SegmentCatalog of build_catalog(df)")
+    names = list(dict.fromkeys(tables)) if tables is not None else tables_of(catalog)
+    packed = {name: typed_schema(catalog, name, binary_unknown) for name in names}
+    fn = _decode_fn(catalog, group_starts, None, None, binary_unknown, plans, packed=packed)
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    frame = df.select("lsn", "data", "ordinal").mapInArrow(fn, from_arrow_schema(PACKED_SCHEMA))
+    return DecodedTables(frame, catalog, names, binary_unknown)
 
 
 def tables_of(catalog) -> list:

@@ -60,7 +60,7 @@ def process_new_segments(spark, segments, out, *, column_defaults=None, storage_
     ``max_batch_changes`` bounds each table's commits (``apply_changes``)."""
     seg_opts = segments_storage_options if segments_storage_options is not None else storage_options
     from .apply import ApplyError, apply_changes
-    from .decode import (SegmentCatalog, task_slots, build_catalog, decode,
+    from .decode import (SegmentCatalog, task_slots, build_catalog, decode_tables,
                          read_segments, segment_groups, tables_of)
 
     state = _load(out, storage_options)
@@ -83,17 +83,18 @@ def process_new_segments(spark, segments, out, *, column_defaults=None, storage_
     catalog = SegmentCatalog.from_control(rows, binary=new.binary or old.binary)
     changes = 0
     results, errors = {}, {}
-    for name in tables_of(catalog):
-        try:
-            r = apply_changes(decode(df, catalog, table=name), out,
-                              column_defaults=(column_defaults or {}).get(name),
-                              storage_options=storage_options,
-                              max_batch_changes=max_batch_changes)
-        except Exception as exc:  # the others still apply; the batch then fails as a whole
-            errors[name] = exc
-            continue
-        results[name] = r
-        changes += r["changes"]
+    with decode_tables(df, catalog) as decoded:       # one decode for every table
+        for name in decoded.tables:
+            try:
+                r = apply_changes(decoded.table(name), out,
+                                  column_defaults=(column_defaults or {}).get(name),
+                                  storage_options=storage_options,
+                                  max_batch_changes=max_batch_changes)
+            except Exception as exc:  # the others still apply; the batch then fails as a whole
+                errors[name] = exc
+                continue
+            results[name] = r
+            changes += r["changes"]
     if errors:
         raise ApplyError(results, errors) from next(iter(errors.values()))
     _save(out, {"last_segment": segno(groups[-1]["paths"][-1]), "catalog": catalog.to_dict()},

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pytest
 
 from pgoutput_fast import capture
+from pgoutput_fast.arrow_values import column_values, freeze
 from pgoutput_fast.capture import CaptureConfig
 from pgoutput_fast import sqlcapture
 from pgoutput_fast.demo import workload
@@ -166,6 +167,81 @@ def test_decode_typed_equals_postgres(world, spark, binary):
     results = [demo.compare_with_truth(t, img, binary) for t in world["truths"]]
     bad = [(r.name, r.problems[:3]) for r in results if not r.ok]
     assert not bad, bad
+
+
+def _by_position(t: pa.Table) -> pa.Table:
+    """Rows in (commit_lsn, seq) order (a change's position in the stream: unique)."""
+    import pyarrow.compute as pc
+
+    return t.take(pc.sort_indices(t, [("_commit_lsn", "ascending"), ("_seq", "ascending")]))
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("binary", MODES)
+def test_decode_tables_equals_decode_per_table(world, spark, binary):
+    """decode_tables: one decode for every table; each .table(name) has decode(table=name)'s
+    Spark schema (field metadata included) and rows, value for value; a subset decodes
+    only the tables asked for, and a table not asked for is refused by name."""
+    from pgoutput_fast import spark as pgs
+
+    df = pgs.read_segments(spark, world["dirs"][binary]).cache()
+    catalog = pgs.build_catalog(df)
+    names = pgs.tables_of(catalog)
+    with pgs.decode_tables(df, catalog) as dt:
+        assert dt.tables == names
+        packed = dt.frame.toArrow()
+        assert set(packed.column("table").to_pylist()) <= set(names)
+        rows = 0
+        for name in names:
+            one = pgs.decode(df, catalog, table=name)
+            got = dt.table(name)
+            assert got.schema == one.schema, name          # (StructField compares metadata)
+            a, b = _by_position(got.toArrow()), _by_position(one.toArrow())
+            assert a.schema.equals(b.schema, check_metadata=True), name
+            diff = [c for c in a.column_names           # (NaN == NaN under freeze)
+                    if freeze(column_values(a.column(c))) != freeze(column_values(b.column(c)))]
+            assert a.num_rows == b.num_rows and not diff, (name, diff)
+            rows += a.num_rows
+        assert rows > 1000
+    some = names[:2]
+    with pgs.decode_tables(df, catalog, tables=some) as dt:
+        assert dt.tables == some
+        assert set(dt.frame.toArrow().column("table").to_pylist()) == set(some)
+        a = _by_position(dt.table(some[1]).toArrow())
+        b = _by_position(pgs.decode(df, catalog, table=some[1]).toArrow())
+        assert a.num_rows == b.num_rows > 0
+        assert freeze([column_values(c) for c in a.columns]) == \
+            freeze([column_values(c) for c in b.columns])
+        with pytest.raises(KeyError, match=names[2].replace(".", r"\.")):
+            dt.table(names[2])
+    df.unpersist()
+
+
+def test_pack_cuts_large_batches_and_reads_them_back():
+    """A feed's rows over the packed row size are cut into slices that read back to the
+    same rows, whatever the alignment of the bytes Spark hands over."""
+    import importlib
+
+    import numpy as np
+
+    sd = importlib.import_module("pgoutput_fast.spark.decode")   # (the module, not the function)
+
+    n = 200_000
+    b = pa.record_batch({"id": pa.array(np.arange(n, dtype=np.int64)),
+                         "s": pa.array([f"value {i}" * 8 for i in range(n)]),
+                         "m": pa.array([[("k", str(i))] for i in range(n)],
+                                       pa.map_(pa.string(), pa.string()))})
+    assert b.nbytes > 2 * sd._PACK_BYTES
+    blobs = list(sd._pack(b))
+    assert len(blobs) >= 3 and all(len(x) <= 2 * sd._PACK_BYTES for x in blobs)
+    back = []
+    for pad, blob in enumerate(blobs):
+        raw = (b"x" * (pad % 8 + 1) + blob)[pad % 8 + 1:]     # (any start in memory)
+        r = pa.ipc.read_record_batch(pa.py_buffer(raw), b.schema)
+        r.validate(full=True)
+        back.append(r)
+    assert pa.Table.from_batches(back).combine_chunks().equals(pa.Table.from_batches([b]))
+    assert list(sd._pack(b.slice(0, 0))) == []
 
 
 @pytest.mark.postgres
