@@ -10,7 +10,7 @@ the second.
 One synthetic capture directory (no server needed), text mode: TABLES tables of 6
 columns (int8 key, int4, text, timestamptz, float8, numeric), ROWS inserts and updates
 in transactions of TXN changes, each transaction writing to every table in turn (as an
-order, its lines, a payment... do), cut into segments of 100 transactions. On the same
+order, its lines, a payment... do), cut into segments of 2,000 transactions (about 50,000 messages). On the same
 data, in the same run, one SparkSession ``local[2]``, every DataFrame consumed with
 ``write.format("noop")``:
 
@@ -33,8 +33,8 @@ from benchutil import RESULTS, record
 
 ROWS = int(os.environ.get("PGOUTPUT_FAST_SPARK_ROWS", "400000"))
 TABLES = int(os.environ.get("PGOUTPUT_FAST_SPARK_TABLES", "8"))
-TXN = 24                         # changes per transaction: 3 per table of the 8
-SEG_TXNS = 100
+TXN = 24                         # changes per transaction: 3 per table of 8 (at least 1 per table)
+SEG_TXNS = 2000                  # segments of about 50,000 messages
 
 
 def _build(directory):
@@ -64,7 +64,7 @@ def _build(directory):
     per = max(1, TXN // TABLES)
     while i < ROWS:
         lsn += 64
-        msgs.append(encode_message(Begin(lsn + (TXN + 1) * 64, 0, 1000 + txn)))
+        msgs.append(encode_message(Begin(lsn + (per * TABLES + 1) * 64, 0, 1000 + txn)))
         lsns.append(lsn)
         for k in range(TABLES):
             for _ in range(per):

@@ -562,7 +562,25 @@ def _decode_fn(catalog: SegmentCatalog, group_starts: list, table, schema, binar
                             t = plan.shift_seq(t, "_commit_lsn", "_seq")
                         yield conform_batch(t, version, schema)
 
+        held: list = []            # batches read, not yet fed (in order)
+
+        def feed_held():
+            # one feed for the batches held: each feed pays a fixed export to Arrow, so
+            # Spark's Arrow batches (10,000 messages) are fed FEED_MESSAGES at a time
+            if not held:
+                return
+            data = pa.chunked_array([b.column("data") for b in held])
+            lsn = pa.chunked_array([b.column("lsn") for b in held])
+            if plan is None:
+                yield from out(dec.feed(data, lsn=lsn))
+            else:
+                ov = np.concatenate([b.column("ordinal").to_numpy() for b in held])
+                for d, ls in plan.rewrite(data, lsn, ov):
+                    yield from out(dec.feed(d, lsn=ls))
+            held.clear()
+
         def finish():
+            yield from feed_held()
             if plan is not None:
                 for data, lsn in plan.finish():
                     yield from out(dec.feed(data, lsn=lsn))
@@ -591,14 +609,17 @@ def _decode_fn(catalog: SegmentCatalog, group_starts: list, table, schema, binar
             if len(ov) > 1 and not np.all(np.diff(ov) == 1):
                 raise ValueError("pgoutput_fast.spark.decode: messages out of order in a task")
             expect = int(ov[-1]) + 1
-            if plan is None:
-                yield from out(dec.feed(b.column("data"), lsn=b.column("lsn")))
-            else:
-                for data, lsn in plan.rewrite(b.column("data"), b.column("lsn"), ov):
-                    yield from out(dec.feed(data, lsn=lsn))
+            held.append(b)
+            if (sum(x.num_rows for x in held) >= FEED_MESSAGES
+                    or sum(x.nbytes for x in held) >= FEED_BYTES):
+                yield from feed_held()
         if dec is not None:
             yield from finish()
     return run
+
+
+FEED_MESSAGES = 100_000           # a task feeds its Decoder this many messages at a time
+FEED_BYTES = 32 << 20             # (or this many bytes of batches, whichever comes first)
 
 
 def _check_closed(dec, expect):
