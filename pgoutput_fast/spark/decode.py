@@ -38,7 +38,7 @@ and replica identity, so ``apply_changes`` finds the keys without the catalog.
 
 Many tables: ``decode_tables(df, catalog)`` decodes the messages once for the typed rows
 of every table (or ``tables=``), kept as Arrow IPC record batches, one row per table and
-feed (cut at about 8 MiB); ``.table(name)`` reads one table's back as the same DataFrame
+feed (cut at about 2 MiB); ``.table(name)`` reads one table's back as the same DataFrame
 ``decode(table=name)`` gives. ``decode(table=)`` decodes every message for the one table
 it returns, so a job of K tables calling it K times decodes the stream K times.
 """
@@ -672,7 +672,16 @@ def _with_metadata(out, out_schema):
 # to both sides: typed_schema of the same catalog).
 PACKED_SCHEMA = pa.schema([pa.field("table", pa.string(), False),
                            pa.field("rows", pa.binary(), False)])
-_PACK_BYTES = 8 << 20            # about this much per packed row (Spark holds a row whole)
+_PACK_BYTES = 256 << 10           # about this much per packed row (Spark holds a row whole)
+# Spark's cache builds its column batches of spark.sql.inMemoryColumnarStorage.batchSize
+# rows (10,000 by default), each in one JVM buffer: rows of megabytes would make
+# batches of gigabytes (a Java heap out of memory in a local[2] driver of 1 GiB, at 2 M
+# changes of 8 tables). decode_tables' cache is built with batches of _CACHE_ROWS rows
+# (at most about 32 MiB), uncompressed (the rows are Arrow IPC: compressing them again
+# costs more than it saves); the session's settings are restored after.
+_CACHE_ROWS = 16
+_CACHE_SETTINGS = {"spark.sql.inMemoryColumnarStorage.batchSize": str(_CACHE_ROWS),
+                   "spark.sql.inMemoryColumnarStorage.compressed": "false"}
 
 
 def _pack(batch: pa.RecordBatch):
@@ -723,12 +732,24 @@ class DecodedTables:
         return _with_metadata(rows.mapInArrow(_unpack_fn(schema), out_schema), out_schema)
 
     def persist(self, level=None):
-        """Persist ``frame`` (memory and disk by default) and compute it: each table
-        is then read from the stored rows, and the messages are decoded once."""
+        """Persist ``frame`` (on the executors' local disks by default: it holds every
+        table's rows, which the JVM heap need not) and compute it: each table is then
+        read from the stored rows, and the messages are decoded once."""
         from pyspark import StorageLevel
 
-        self.frame = self.frame.persist(level or StorageLevel.MEMORY_AND_DISK)
-        self.frame.count()
+        spark = self.frame.sparkSession
+        prev = {k: spark.conf.get(k, None) for k in _CACHE_SETTINGS}
+        for k, v in _CACHE_SETTINGS.items():
+            spark.conf.set(k, v)
+        try:
+            self.frame = self.frame.persist(level or StorageLevel.DISK_ONLY)
+            self.frame.count()
+        finally:
+            for k, v in prev.items():
+                if v is None:
+                    spark.conf.unset(k)
+                else:
+                    spark.conf.set(k, v)
         return self
 
     def unpersist(self):
@@ -739,6 +760,39 @@ class DecodedTables:
 
     def __exit__(self, *exc):
         self.unpersist()
+
+
+# From this many tables on, a job that reads every table decodes once (decode_tables)
+# instead of once per table: on Spark local[2] (benchmarks/bench_spark_tables.py,
+# 400,000 changes) one decode read back per table took 0.66x the speed of a decode per
+# table at 2 tables, 1.05x at 8 (also at 2,000,000 changes), 1.35-1.43x at 32. Spark's
+# own work per table (a job, the rows moved between the JVM and Python) is most of
+# either; the decode saved grows with the tables.
+DECODE_ONCE_TABLES = 8
+
+
+class _PerTable:
+    """``DecodedTables``' reading side for a few tables: ``decode(table=)`` each."""
+
+    def __init__(self, df, catalog, tables, binary_unknown):
+        self._df, self._catalog, self.tables = df, catalog, list(tables)
+        self._binary_unknown = binary_unknown
+
+    def table(self, name: str):
+        return decode(self._df, self._catalog, table=name, binary_unknown=self._binary_unknown)
+
+    def unpersist(self):
+        pass
+
+
+def table_source(df, catalog: SegmentCatalog, tables, *, binary_unknown: bool | None = None):
+    """Where a job that reads each of ``tables`` gets their typed DataFrames
+    (``.table(name)``; ``.unpersist()`` when done): ``decode_tables``, persisted, from
+    DECODE_ONCE_TABLES tables on, else ``decode(table=)`` per table."""
+    tables = list(tables)
+    if len(tables) >= DECODE_ONCE_TABLES:
+        return decode_tables(df, catalog, tables=tables, binary_unknown=binary_unknown).persist()
+    return _PerTable(df, catalog, tables, binary_unknown)
 
 
 def decode_tables(df, catalog: SegmentCatalog, *, tables=None,

@@ -1,8 +1,9 @@
 """``pgoutput-fast pipeline``: segments -> Spark decode -> Delta Lake tables.
 
 ``run_pipeline(spark, segments, out)`` reads a capture directory (``read_segments``),
-builds the catalog, decodes the typed changes of every table in one pass
-(``decode_tables``, kept while the tables are applied) and merges each table's into
+builds the catalog, decodes the typed changes of every table (in one pass kept while
+the tables are applied, ``decode_tables``, from ``DECODE_ONCE_TABLES`` tables on; else
+one ``decode(table=)`` per table) and merges each table's into
 the Delta table ``out/<schema.table>`` (``apply_changes``). It is idempotent: run it
 again on the same or a grown segment directory and only new changes are applied. A
 table that fails does not stop the others; the run then ends with ``ApplyError``, which
@@ -67,8 +68,8 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
     rows are replaced by the backfill's, then the capture's changes at or after its
     point apply on top; a table whose backfill is refused is not applied further."""
     from .apply import ApplyError, apply_changes
-    from .decode import (task_slots, build_catalog, decode, decode_tables, read_segments,
-                         segment_groups, tables_of)
+    from .decode import (DecodedTables, task_slots, build_catalog, decode, read_segments,
+                         segment_groups, table_source, tables_of)
 
     say = log or (lambda *a: None)
     t0 = time.perf_counter()
@@ -102,19 +103,20 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
         errors.update(bf_err)
 
     names = [n for n in tables or tables_of(catalog) if n not in errors]
-    # one decode for every table, kept while the tables are applied (each table's rows
-    # are read back from it: K tables do not decode the messages K times)
+    # many tables: one decode for all, kept while they are applied (decode_tables; each
+    # table's rows are read back from it); a few: decode(table=) each (table_source)
     decoded = None
     t2 = time.perf_counter()
     if names:
         try:
-            decoded = decode_tables(df, catalog, tables=names).persist()
+            decoded = table_source(df, catalog, names)
         except Exception as exc:  # reported as every table's, as apply_changes' errors are
             errors.update((n, exc) for n in names)
             names = []
         else:
-            res["decode_seconds"] = time.perf_counter() - t2
-            say(f"decoded {len(names)} tables in one pass ({res['decode_seconds']:.1f} s)")
+            if isinstance(decoded, DecodedTables):
+                res["decode_seconds"] = time.perf_counter() - t2
+                say(f"decoded {len(names)} tables in one pass ({res['decode_seconds']:.1f} s)")
 
     def one(name):
         try:
@@ -180,7 +182,7 @@ def _apply_backfill(spark, bf_dir, segments, out, tables, column_defaults, stora
     from ..capture.errors import DirectoryRefused
     from ..lsn import format_lsn
     from .apply import apply_changes
-    from .decode import (build_catalog, decode, decode_tables, read_segments, segment_groups,
+    from .decode import (build_catalog, decode, read_segments, segment_groups, table_source,
                          task_slots, tables_of)
 
     bf = read_backfill(bf_dir, storage_options=seg_opts, filesystem=filesystem)
@@ -207,7 +209,7 @@ def _apply_backfill(spark, bf_dir, segments, out, tables, column_defaults, stora
     try:
         catalog = build_catalog(df)
         known = set(tables_of(catalog))
-        decoded = decode_tables(df, catalog, tables=[n for n in names if n in known]).persist()
+        decoded = table_source(df, catalog, [n for n in names if n in known])
     except BaseException:
         df.unpersist()
         raise

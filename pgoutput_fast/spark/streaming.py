@@ -60,8 +60,8 @@ def process_new_segments(spark, segments, out, *, column_defaults=None, storage_
     ``max_batch_changes`` bounds each table's commits (``apply_changes``)."""
     seg_opts = segments_storage_options if segments_storage_options is not None else storage_options
     from .apply import ApplyError, apply_changes
-    from .decode import (SegmentCatalog, task_slots, build_catalog, decode_tables,
-                         read_segments, segment_groups, tables_of)
+    from .decode import (SegmentCatalog, task_slots, build_catalog, read_segments,
+                         segment_groups, table_source, tables_of)
 
     state = _load(out, storage_options)
     last = int(state["last_segment"])
@@ -83,7 +83,8 @@ def process_new_segments(spark, segments, out, *, column_defaults=None, storage_
     catalog = SegmentCatalog.from_control(rows, binary=new.binary or old.binary)
     changes = 0
     results, errors = {}, {}
-    with decode_tables(df, catalog) as decoded:       # one decode for every table
+    decoded = table_source(df, catalog, tables_of(catalog))   # (one decode, from 8 tables)
+    try:
         for name in decoded.tables:
             try:
                 r = apply_changes(decoded.table(name), out,
@@ -95,6 +96,8 @@ def process_new_segments(spark, segments, out, *, column_defaults=None, storage_
                 continue
             results[name] = r
             changes += r["changes"]
+    finally:
+        decoded.unpersist()
     if errors:
         raise ApplyError(results, errors) from next(iter(errors.values()))
     _save(out, {"last_segment": segno(groups[-1]["paths"][-1]), "catalog": catalog.to_dict()},

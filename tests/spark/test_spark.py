@@ -23,6 +23,7 @@ middle. Native implementation only (``NATIVE_ONLY``), to keep CI's time:
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import pyarrow as pa
@@ -203,6 +204,12 @@ def test_decode_tables_equals_decode_per_table(world, spark, binary):
             assert a.num_rows == b.num_rows and not diff, (name, diff)
             rows += a.num_rows
         assert rows > 1000
+    # run_pipeline's choice: a decode per table for a few tables, one decode for many
+    sd = importlib.import_module("pgoutput_fast.spark.decode")
+    few = sd.table_source(df, catalog, names[:sd.DECODE_ONCE_TABLES - 1])
+    assert not isinstance(few, pgs.DecodedTables) and few.tables == names[:sd.DECODE_ONCE_TABLES - 1]
+    assert few.table(names[0]).schema == pgs.decode(df, catalog, table=names[0]).schema
+    assert len(names) >= sd.DECODE_ONCE_TABLES
     some = names[:2]
     with pgs.decode_tables(df, catalog, tables=some) as dt:
         assert dt.tables == some
