@@ -38,7 +38,7 @@ and replica identity, so ``apply_changes`` finds the keys without the catalog.
 
 Many tables: ``decode_tables(df, catalog)`` decodes the messages once for the typed rows
 of every table (or ``tables=``), kept as Arrow IPC record batches, one row per table and
-feed (cut at about 2 MiB); ``.table(name)`` reads one table's back as the same DataFrame
+feed (cut at about 256 KiB); ``.table(name)`` reads one table's back as the same DataFrame
 ``decode(table=name)`` gives. ``decode(table=)`` decodes every message for the one table
 it returns, so a job of K tables calling it K times decodes the stream K times.
 """
@@ -674,11 +674,12 @@ PACKED_SCHEMA = pa.schema([pa.field("table", pa.string(), False),
                            pa.field("rows", pa.binary(), False)])
 _PACK_BYTES = 256 << 10           # about this much per packed row (Spark holds a row whole)
 # Spark's cache builds its column batches of spark.sql.inMemoryColumnarStorage.batchSize
-# rows (10,000 by default), each in one JVM buffer: rows of megabytes would make
-# batches of gigabytes (a Java heap out of memory in a local[2] driver of 1 GiB, at 2 M
-# changes of 8 tables). decode_tables' cache is built with batches of _CACHE_ROWS rows
-# (at most about 32 MiB), uncompressed (the rows are Arrow IPC: compressing them again
-# costs more than it saves); the session's settings are restored after.
+# rows (10,000 by default), each in one JVM buffer: rows of megabytes make batches of
+# gigabytes. Rows of 8 MiB ran a local[2] driver of 1 GiB out of Java heap at 2 M
+# changes of 8 tables (batches of 16 rows on local disk did not help alone); rows of
+# 256 KiB do not. decode_tables' cache is built with batches of _CACHE_ROWS rows (about
+# 4 MiB), uncompressed (the rows are Arrow IPC: compressing them again costs more than
+# it saves); the session's settings are restored after.
 _CACHE_ROWS = 16
 _CACHE_SETTINGS = {"spark.sql.inMemoryColumnarStorage.batchSize": str(_CACHE_ROWS),
                    "spark.sql.inMemoryColumnarStorage.compressed": "false"}
@@ -790,9 +791,29 @@ def table_source(df, catalog: SegmentCatalog, tables, *, binary_unknown: bool | 
     (``.table(name)``; ``.unpersist()`` when done): ``decode_tables``, persisted, from
     DECODE_ONCE_TABLES tables on, else ``decode(table=)`` per table."""
     tables = list(tables)
-    if len(tables) >= DECODE_ONCE_TABLES:
-        return decode_tables(df, catalog, tables=tables, binary_unknown=binary_unknown).persist()
+    known = set(tables_of(catalog))
+    if sum(t in known for t in tables) >= DECODE_ONCE_TABLES:
+        dt = decode_tables(df, catalog, tables=[t for t in tables if t in known],
+                           binary_unknown=binary_unknown).persist()
+        # (a name the catalog does not know fails on its own, as decode(table=) fails)
+        return _Either(dt, _PerTable(df, catalog, tables, binary_unknown))
     return _PerTable(df, catalog, tables, binary_unknown)
+
+
+class _Either:
+    """The tables decoded once, and decode(table=) for a name the catalog lacks."""
+
+    def __init__(self, decoded: DecodedTables, per_table: _PerTable):
+        self.decoded, self._per_table = decoded, per_table
+        self.tables = per_table.tables
+
+    def table(self, name: str):
+        if name in self.decoded.tables:
+            return self.decoded.table(name)
+        return self._per_table.table(name)
+
+    def unpersist(self):
+        self.decoded.unpersist()
 
 
 def decode_tables(df, catalog: SegmentCatalog, *, tables=None,

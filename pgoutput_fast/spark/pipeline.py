@@ -68,7 +68,7 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
     rows are replaced by the backfill's, then the capture's changes at or after its
     point apply on top; a table whose backfill is refused is not applied further."""
     from .apply import ApplyError, apply_changes
-    from .decode import (DecodedTables, task_slots, build_catalog, decode, read_segments,
+    from .decode import (_PerTable, task_slots, build_catalog, decode, read_segments,
                          segment_groups, table_source, tables_of)
 
     say = log or (lambda *a: None)
@@ -114,7 +114,7 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
             errors.update((n, exc) for n in names)
             names = []
         else:
-            if isinstance(decoded, DecodedTables):
+            if not isinstance(decoded, _PerTable):
                 res["decode_seconds"] = time.perf_counter() - t2
                 say(f"decoded {len(names)} tables in one pass ({res['decode_seconds']:.1f} s)")
 
@@ -182,8 +182,7 @@ def _apply_backfill(spark, bf_dir, segments, out, tables, column_defaults, stora
     from ..capture.errors import DirectoryRefused
     from ..lsn import format_lsn
     from .apply import apply_changes
-    from .decode import (build_catalog, decode, read_segments, segment_groups, table_source,
-                         task_slots, tables_of)
+    from .decode import build_catalog, read_segments, segment_groups, table_source, task_slots
 
     bf = read_backfill(bf_dir, storage_options=seg_opts, filesystem=filesystem)
     main = load_state(segments, storage_options=seg_opts, filesystem=filesystem)
@@ -208,16 +207,14 @@ def _apply_backfill(spark, bf_dir, segments, out, tables, column_defaults, stora
                        filesystem=filesystem).cache()
     try:
         catalog = build_catalog(df)
-        known = set(tables_of(catalog))
-        decoded = table_source(df, catalog, [n for n in names if n in known])
+        decoded = table_source(df, catalog, names)
     except BaseException:
         df.unpersist()
         raise
     try:
         for name in names:
             try:
-                typed = decoded.table(name) if name in known else decode(df, catalog, table=name)
-                r = apply_changes(typed, out,
+                r = apply_changes(decoded.table(name), out,
                                   column_defaults=(column_defaults or {}).get(name),
                                   storage_options=storage_options,
                                   change_data_feed=change_data_feed, backfill=bf.point)

@@ -210,6 +210,16 @@ def test_decode_tables_equals_decode_per_table(world, spark, binary):
     assert not isinstance(few, pgs.DecodedTables) and few.tables == names[:sd.DECODE_ONCE_TABLES - 1]
     assert few.table(names[0]).schema == pgs.decode(df, catalog, table=names[0]).schema
     assert len(names) >= sd.DECODE_ONCE_TABLES
+    many = sd.table_source(df, catalog, names + ["pgo_spark.no_such_table"])
+    try:           # (one decode; a name the catalog lacks fails alone, as decode(table=))
+        assert many.tables == names + ["pgo_spark.no_such_table"]
+        assert many.decoded.tables == names
+        with pytest.raises(KeyError, match="no such relation"):
+            many.table("pgo_spark.no_such_table")
+        assert _by_position(many.table(names[0]).toArrow()).num_rows == \
+            pgs.decode(df, catalog, table=names[0]).count()
+    finally:
+        many.unpersist()
     some = names[:2]
     with pgs.decode_tables(df, catalog, tables=some) as dt:
         assert dt.tables == some
