@@ -529,7 +529,7 @@ def _decode_fn(catalog: SegmentCatalog, group_starts: list, table, schema, binar
         from .. import Decoder
         from ..split import PiecePlan
 
-        dec = None
+        dec: Any = None
         plan = None
         expect = None
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 __all__ = ["run_pipeline", "add_arguments", "run", "DESCRIPTION"]
 
@@ -105,13 +106,13 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
     names = [n for n in tables or tables_of(catalog) if n not in errors]
     # many tables: one decode for all, kept while they are applied (decode_tables; each
     # table's rows are read back from it); a few: decode(table=) each (table_source)
-    decoded = None
+    decoded: Any = None
     t2 = time.perf_counter()
     if names:
         try:
             decoded = table_source(df, catalog, names)
-        except Exception as exc:  # reported as every table's, as apply_changes' errors are
-            errors.update((n, exc) for n in names)
+        except Exception as failure:  # reported as every table's, as apply_changes' are
+            errors.update((n, failure) for n in names)
             names = []
         else:
             if not isinstance(decoded, _PerTable):
