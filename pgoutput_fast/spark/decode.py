@@ -629,6 +629,19 @@ def _check_closed(dec, expect):
                          f"message ordinal {expect}: the input is not whole segments in order")
 
 
+def _decode_setup(df, catalog, binary_unknown, caller: str):
+    """What a decode of ``df`` needs from its metadata: (group starts, piece plans,
+    binary_unknown: the caller's, else the capture's mode)."""
+    meta = _meta(df)
+    if binary_unknown is None:
+        binary_unknown = bool(getattr(catalog, "binary", False) or
+                              meta.get("options", {}).get("binary", False))
+    if not isinstance(catalog, SegmentCatalog):
+        raise TypeError(f"{caller}() needs the SegmentCatalog of build_catalog(df)")
+    return (list(meta.get("group_starts", [])), json.loads(meta.get("plans") or "{}"),
+            binary_unknown)
+
+
 def decode(df, catalog: SegmentCatalog, *, table: str | None = None,
            binary_unknown: bool | None = None):
     """Decode a messages DataFrame (``read_segments``) with ``mapInArrow``.
@@ -636,14 +649,7 @@ def decode(df, catalog: SegmentCatalog, *, table: str | None = None,
     ``table=None``: the change-event DataFrame (``EVENT_SCHEMA``). ``table="schema.name"``:
     the typed DataFrame of that table over all its versions (module doc). Unknown types
     are binary when the capture was in binary mode (``binary_unknown``)."""
-    meta = _meta(df)
-    group_starts = list(meta.get("group_starts", []))
-    plans = json.loads(meta.get("plans") or "{}")
-    if binary_unknown is None:
-        binary_unknown = bool(getattr(catalog, "binary", False) or
-                              meta.get("options", {}).get("binary", False))
-    if not isinstance(catalog, SegmentCatalog):
-        raise TypeError("decode() needs the SegmentCatalog of build_catalog(df)")
+    group_starts, plans, binary_unknown = _decode_setup(df, catalog, binary_unknown, "decode")
     if table is None:
         from ..decoder import EVENT_SCHEMA
 
@@ -775,6 +781,8 @@ DECODE_ONCE_TABLES = 8
 class _PerTable:
     """``DecodedTables``' reading side for a few tables: ``decode(table=)`` each."""
 
+    once = False                 # (the stream is decoded once per table read)
+
     def __init__(self, df, catalog, tables, binary_unknown):
         self._df, self._catalog, self.tables = df, catalog, list(tables)
         self._binary_unknown = binary_unknown
@@ -803,6 +811,8 @@ def table_source(df, catalog: SegmentCatalog, tables, *, binary_unknown: bool | 
 class _Either:
     """The tables decoded once, and decode(table=) for a name the catalog lacks."""
 
+    once = True
+
     def __init__(self, decoded: DecodedTables, per_table: _PerTable):
         self.decoded, self._per_table = decoded, per_table
         self.tables = per_table.tables
@@ -826,14 +836,8 @@ def decode_tables(df, catalog: SegmentCatalog, *, tables=None,
     ``mapInArrow`` that keeps each table's typed rows (Arrow IPC, in the table's Spark
     schema); ``.table(name)`` reads one table's back. Persist it while its tables are
     read (``with decode_tables(...) as dt:``), else each read decodes again."""
-    meta = _meta(df)
-    group_starts = list(meta.get("group_starts", []))
-    plans = json.loads(meta.get("plans") or "{}")
-    if binary_unknown is None:
-        binary_unknown = bool(getattr(catalog, "binary", False) or
-                              meta.get("options", {}).get("binary", False))
-    if not isinstance(catalog, SegmentCatalog):
-        raise TypeError("decode_tables() needs the SegmentCatalog of build_catalog(df)")
+    group_starts, plans, binary_unknown = _decode_setup(df, catalog, binary_unknown,
+                                                        "decode_tables")
     names = list(dict.fromkeys(tables)) if tables is not None else tables_of(catalog)
     packed = {name: typed_schema(catalog, name, binary_unknown) for name in names}
     fn = _decode_fn(catalog, group_starts, None, None, binary_unknown, plans, packed=packed)

@@ -69,8 +69,8 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
     rows are replaced by the backfill's, then the capture's changes at or after its
     point apply on top; a table whose backfill is refused is not applied further."""
     from .apply import ApplyError, apply_changes
-    from .decode import (_PerTable, task_slots, build_catalog, decode, read_segments,
-                         segment_groups, table_source, tables_of)
+    from .decode import (task_slots, build_catalog, decode, read_segments, segment_groups,
+                         table_source, tables_of)
 
     say = log or (lambda *a: None)
     t0 = time.perf_counter()
@@ -115,7 +115,7 @@ def run_pipeline(spark, segments, out, *, tables=None, column_defaults=None, eve
             errors.update((n, failure) for n in names)
             names = []
         else:
-            if not isinstance(decoded, _PerTable):
+            if decoded.once:
                 res["decode_seconds"] = time.perf_counter() - t2
                 say(f"decoded {len(names)} tables in one pass ({res['decode_seconds']:.1f} s)")
 
