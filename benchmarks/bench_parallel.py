@@ -19,7 +19,17 @@ call's buffers need: see docs/performance.md). The same-run ratio ``cores`` vs
 ``test_parallel_interleaved`` runs the two alternately, one call of each per round, and
 gives each one's median: a host that slows down for a while (the development VM does,
 by 2x at times) then slows both alike, where the two separate benchmarks can land on
-either side of it.
+either side of it. Each call there follows one of the other kind, whose output buffers
+had other sizes (N pieces against one whole), so each starts with the block cache
+shaped for the other and writes part of its output into pages the kernel must zero.
+
+``test_parallel_replay`` is the replay of a capture: the stream cut into segments of
+up to 64 MiB (the capture's default segment size; one for the oltp workloads, 9 for
+narrow), each decoded in turn, the catalog carried from one to the next. ``one`` is
+one long-lived Decoder fed segment after segment, ``cores`` is decode_parallel per
+segment. A round replays the whole with one, then with the other, each twice, the
+first untimed (a replay's calls all have one shape: the block cache holds what they
+need); the rounds alternate the two against the host's drift.
 
     pytest benchmarks/bench_parallel.py --benchmark-only
 """
@@ -33,7 +43,7 @@ import pytest
 import corpus
 from benchutil import NOTES, RESULTS, corpus_data, record
 from pgoutput_fast.decoder import Decoder
-from pgoutput_fast.parallel import cpu_count, decode_parallel
+from pgoutput_fast.parallel import _decode_parallel, cpu_count, decode_parallel, plan_cuts
 
 ROWS = corpus.DEFAULT_ROWS
 USES_CORPUS = True
@@ -96,3 +106,63 @@ def test_parallel_interleaved(benchmark, workload, mode, output):
     record(benchmark, name, bytes=2 * nbytes)
     NOTES.append(f"{name:44s} one {one * 1e3:7.1f} ms, {WORKERS} cores {cores * 1e3:7.1f} ms: "
                  f"{one / cores:.2f}x one core ({one / cores / WORKERS:.2f} x N)")
+
+
+SEGMENT_BYTES = 64 << 20
+
+
+def _segments(msgs, lsns, nbytes):
+    """The stream as a capture's segments: cut where nothing is open into pieces of up
+    to SEGMENT_BYTES."""
+    cuts = plan_cuts(msgs, -(-nbytes // SEGMENT_BYTES))
+    bounds = list(zip([0] + cuts, cuts + [len(msgs)]))
+    return [(msgs.slice(a, b - a), lsns[a:b]) for a, b in bounds]
+
+
+def _replay(how, segments, kw):
+    """Decode the segments in turn, each ChangeSet dropped before the next: one Decoder
+    fed them all, or decode_parallel per segment from the catalog the last ended with.
+    Returns the changes decoded."""
+    changes = 0
+    if how == "one":
+        dec = Decoder(**kw)
+        for seg, lsn in segments:
+            changes += dec.feed(seg, lsn).num_changes
+        return changes
+    catalog = None
+    for seg, lsn in segments:
+        cs, last = _decode_parallel(seg, lsn, WORKERS, catalog, None, kw)
+        changes += cs.num_changes
+        del cs
+        catalog = last.catalog
+    return changes
+
+
+@pytest.mark.parametrize("output", list(OUTPUTS))
+@pytest.mark.parametrize("workload,mode", WORKLOADS)
+@pytest.mark.benchmark(group="parallel-replay")
+def test_parallel_replay(benchmark, workload, mode, output):
+    """A replay of segments with one core and with N: the benchmark times a round (each
+    kind twice, the first untimed), the note gives each one's median and the speed-up."""
+    lsns, msgs, nbytes = corpus_data(workload, mode)
+    segments = _segments(msgs, lsns, nbytes)
+    kw = OUTPUTS[output]
+    times: dict = {"one": [], "cores": []}
+    counts: dict = {}
+
+    def one_round():
+        for how in times:
+            _replay(how, segments, kw)             # (untimed: the cache takes this shape)
+            t = time.perf_counter()
+            counts[how] = _replay(how, segments, kw)
+            times[how].append(time.perf_counter() - t)
+    one_round()                                    # (untimed)
+    for v in times.values():
+        v.clear()
+    benchmark.pedantic(one_round, rounds=5, iterations=1)
+    assert counts["one"] == counts["cores"], counts
+    one, cores = statistics.median(times["one"]), statistics.median(times["cores"])
+    name = f"parallel-replay/{output}/{workload}/{mode}"
+    record(benchmark, name, bytes=4 * nbytes)
+    NOTES.append(f"{name:40s} {len(segments)} segment(s): one {one * 1e3:7.1f} ms, {WORKERS} cores "
+                 f"{cores * 1e3:7.1f} ms: {one / cores:.2f}x one core ({one / cores / WORKERS:.2f} x N)")
