@@ -443,7 +443,17 @@ cdef object _iota32(Py_ssize_t count):
 
 
 cdef Py_ssize_t _count_zeros64(const int64_t *v, Py_ssize_t n) noexcept nogil:
+    """The zeros among n values. Most columns have none: whether there is one is an OR
+    over the values of (x - 1) & ~x, whose top bit is set for x = 0 only, which the
+    compiler vectorises (baseline x86-64 has no 64-bit equality compare, and a compare
+    and add per value cost four instructions a value); the count is made only then."""
     cdef Py_ssize_t i, zeros = 0
+    cdef uint64_t acc = 0, x
+    for i in range(n):
+        x = <uint64_t>v[i]
+        acc |= (x - 1) & ~x
+    if not (acc >> 63):
+        return 0
     for i in range(n):
         zeros += v[i] == 0
     return zeros
@@ -473,11 +483,19 @@ cdef object _lsn_validity(const int64_t *lsn, Py_ssize_t n, Py_ssize_t *nulls):
 
 
 cdef bint _any_origin(const int32_t *origin, Py_ssize_t n) noexcept nogil:
-    """Whether any row has an origin (its id >= 0; -1 = none)."""
-    cdef Py_ssize_t i
-    for i in range(n):
-        if origin[i] >= 0:
+    """Whether any row has an origin (its id >= 0; -1 = none, the only negative id).
+    (All -1 is an AND of all bits set: an AND over 1,024 rows at a time, which the
+    compiler vectorises, where a test per row cost four instructions a row.)"""
+    cdef Py_ssize_t i, at = 0, end
+    cdef int32_t acc
+    while at < n:
+        end = at + 1024 if n - at > 1024 else n
+        acc = -1
+        for i in range(at, end):
+            acc &= origin[i]
+        if acc != -1:
             return True
+        at = end
     return False
 
 
