@@ -24,7 +24,7 @@ had other sizes (N pieces against one whole), so each starts with the block cach
 shaped for the other and writes part of its output into pages the kernel must zero.
 
 ``test_parallel_replay`` is the replay of a capture: the stream cut into segments of
-up to 64 MiB (the capture's default segment size; one for the oltp workloads, 9 for
+up to 64 MiB (the capture's default segment size; one for the oltp workloads, 7 or 8 for
 narrow), each decoded in turn, the catalog carried from one to the next. ``one`` is
 one long-lived Decoder fed segment after segment, ``cores`` is decode_parallel per
 segment. A round replays the whole with one, then with the other: each kind first
