@@ -148,13 +148,13 @@ def _replay(how, segments, kw):
 @pytest.mark.benchmark(group="parallel-replay")
 def test_parallel_replay(benchmark, workload, mode, output):
     """A replay of segments with one core and with N: the benchmark times a round (each
-    kind twice, the first untimed), the note gives each one's median and the speed-up."""
+    kind replayed untimed until warm, then once timed), the note gives each one's median
+    and the speed-up."""
     lsns, msgs, nbytes = corpus_data(workload, mode)
     segments = _segments(msgs, lsns, nbytes)
     kw = OUTPUTS[output]
     times: dict = {"one": [], "cores": []}
     counts: dict = {}
-
     warmups: dict = {"one": [], "cores": []}
     faults: dict = {"one": [], "cores": []}
 
