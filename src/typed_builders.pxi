@@ -739,19 +739,14 @@ cdef object _spread_struct(object dense, const int32_t *rows, Py_ssize_t m, Py_s
 
 
 cdef int _spread_kind_bufs(Buf *valid, Buf *offs, const int32_t *rows, Py_ssize_t m,
-                           Py_ssize_t n) noexcept nogil:
-    """_spread_kinds' validity and offsets (kind byte j at row rows[j]). -1: no memory."""
-    cdef Py_ssize_t count = 0, j, r, r0 = 0
-    cdef int32_t *off
+                           Py_ssize_t n, const int32_t *iota) noexcept nogil:
+    """_spread_kinds' validity and offsets (kind byte j at row rows[j]): the kind bytes
+    are a dense column whose offsets are 0, 1, ..., m (iota), spread as _spread_offsets
+    spreads any. -1: no memory."""
+    cdef Py_ssize_t count = 0
     if _spread_validity(valid, NULL, rows, m, n, &count) < 0 or buf_reserve_exact(offs, 4 * (n + 1)) < 0:
         return -1
-    off = <int32_t *>offs.data
-    for j in range(m):                   # (a run of rows at a time, as _spread_offsets)
-        for r in range(r0, rows[j] + 1):
-            off[r] = <int32_t>j
-        r0 = rows[j] + 1
-    for r in range(r0, n + 1):
-        off[r] = <int32_t>m
+    _spread_offsets(<int32_t *>offs.data, iota, rows, m, n)
     offs.len = 4 * (n + 1)
     return 0
 
@@ -761,13 +756,16 @@ cdef object _spread_kinds(object kinds, const int32_t *rows, Py_ssize_t m, Py_ss
     image, null elsewhere."""
     cdef Buf valid, offs
     cdef int rc = 0
+    # (held in a local while in use: another thread's export may replace the shared one)
+    iota_buf = _iota32(m + 1)
+    cdef const int32_t *iota = <const int32_t *><size_t>iota_buf.address
     memset(&valid, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
     try:
         if n >= SPREAD_NOGIL_ROWS:
             with nogil:
-                rc = _spread_kind_bufs(&valid, &offs, rows, m, n)
+                rc = _spread_kind_bufs(&valid, &offs, rows, m, n, iota)
         else:
-            rc = _spread_kind_bufs(&valid, &offs, rows, m, n)
+            rc = _spread_kind_bufs(&valid, &offs, rows, m, n, iota)
         if rc < 0:
             raise MemoryError()
         vbuf = _take_buf(&valid, (n + 7) >> 3) if n - m else None
