@@ -26,13 +26,20 @@ the pieces do decode at the same time; what stays under the GIL (the dispatch of
 Relation, Origin and other rare messages, the export to Arrow) is a small share of a
 piece. A stream too small to be worth it (under MIN_PIECE_BYTES a piece) and one with
 nowhere to cut (one long transaction) are decoded by one Decoder.
+
+The threads are kept across calls (``_shared_pool``): a pool per number of workers,
+made on the first call that asks for it, made anew in a forked child. A pool made and
+joined per call cost 0.8-2.2 ms of calls of about 20 ms (docs/performance.md). Calls
+from several threads at once share a pool: their pieces queue for its threads, as they
+would for the cores.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 import pyarrow as pa
@@ -417,7 +424,7 @@ def _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs):
     bounds: list = []
     decoders: list = []
     futures: list = []
-    pool = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
+    pool = _shared_pool(workers) if workers > 1 else None
 
     def run(k):
         lo, hi = bounds[k]
@@ -477,7 +484,7 @@ def _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs):
         results = [f.result() if pool is not None else run(f) for f in futures]
     finally:
         if pool is not None:
-            pool.shutdown(wait=True)
+            wait(futures)                        # (nothing of this call runs on after it)
     parts: list = []
     order_list = list(order)
     for k, (changes, exc) in enumerate(results):
@@ -532,6 +539,41 @@ def _cut_near(arr, layout, want, after):
         if lo <= after and hi >= n:
             return None
         span *= 8
+
+
+_pool_lock = threading.Lock()
+_pools: dict = {}                                # workers -> ThreadPoolExecutor
+_pools_pid = os.getpid()
+
+
+def _shared_pool(workers: int) -> ThreadPoolExecutor:
+    """The process's pool of ``workers`` decode threads, made on first use (one per
+    number of workers asked for, so that a call never runs more pieces at once than it
+    asked; made anew in a forked child, where the parent's threads do not exist)."""
+    global _pools_pid
+    with _pool_lock:
+        pid = os.getpid()
+        if _pools_pid != pid:
+            _pools.clear()
+            _pools_pid = pid
+        pool = _pools.get(workers)
+        if pool is None:
+            pool = _pools[workers] = ThreadPoolExecutor(max_workers=workers,
+                                                        thread_name_prefix=f"pgoutput_fast-decode-{workers}")
+        return pool
+
+
+def _forget_pools() -> None:
+    """In a forked child: the parent's pool threads do not exist here, and the lock may
+    have been held by a thread that does not either."""
+    global _pool_lock, _pools_pid
+    _pool_lock = threading.Lock()
+    _pools.clear()
+    _pools_pid = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools)
 
 
 def cpu_count() -> int:

@@ -12,8 +12,11 @@ reference's and with the messages themselves."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import threading
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -166,6 +169,87 @@ def test_decode_parallel_chunked_input_is_not_combined(big):
         assert scan.rest.sum() == 400 + 2             # (after each Commit, and the 2 Relations)
         idx = [0, 1, 4999, 5000, 5001, n // 2, n - 1, n]
         assert scan.starts(idx).tolist() == [sum(lens[:i]) for i in idx]
+
+
+def _decode_threads() -> dict:
+    """The live threads of decode_parallel's kept pools, by pool: {workers: count}."""
+    out: dict = {}
+    for th in threading.enumerate():
+        if th.name.startswith("pgoutput_fast-decode-"):
+            size = int(th.name[len("pgoutput_fast-decode-"):].split("_")[0])
+            out[size] = out.get(size, 0) + 1
+    return out
+
+
+def test_decode_parallel_calls_from_threads_at_once(big):
+    """Four threads call decode_parallel at once, three times each, on the kept pools of
+    2 and 3 workers: each call gives what one Decoder gives; no pool runs more threads
+    than its workers, and calls made after them start no more threads (the pool is
+    kept, not made per call)."""
+    msgs, lsns = big
+    kw = {(): {}, ("events",): {"events": False}}
+    alone = {o: Decoder(**kw[o]).feed(msgs, lsns) for o in kw}
+    out: dict = {}
+    errors: list = []
+    start = threading.Barrier(4)
+
+    def run(t):
+        try:
+            start.wait()
+            opt = () if t % 2 else ("events",)
+            out[t] = [(opt, decode_parallel(msgs, lsns, workers=2 + t % 2, pieces=5, **kw[opt]))
+                      for _ in range(3)]
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    assert sorted(out) == [0, 1, 2, 3]
+    for t, results in out.items():
+        for r, (opt, cs) in enumerate(results):
+            assert_same(cs, alone[opt], f"thread {t} round {r}")
+    live = _decode_threads()
+    assert live and live.get(2, 0) <= 2 and live.get(3, 0) <= 3, live
+    ids = {th.ident for th in threading.enumerate() if th.name.startswith("pgoutput_fast-decode-")}
+    for _ in range(3):
+        assert_same(decode_parallel(msgs, lsns, workers=2, pieces=7), alone[()], "after")
+    after = {th.ident for th in threading.enumerate() if th.name.startswith("pgoutput_fast-decode-")}
+    assert after == ids, "a call started threads of its own"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_decode_parallel_in_a_forked_child(big):
+    """A child forked after the parent used the kept pool (its threads are not in the
+    child) decodes on a pool of its own, with the parent's result; the parent's pool
+    goes on working after the fork."""
+    msgs, lsns = big
+    alone = Decoder(events=False).feed(msgs, lsns)
+    assert_same(decode_parallel(msgs, lsns, workers=2, events=False), alone, "parent before")
+    expect = [t.num_rows for _, t in alone.table_versions]
+    pid = os.fork()
+    if pid == 0:                                         # the child: exit 0 only if right
+        code = 1
+        try:
+            cs = decode_parallel(msgs, lsns, workers=2, pieces=4, events=False)
+            code = 0 if [t.num_rows for _, t in cs.table_versions] == expect else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 120
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("decode_parallel in the forked child did not finish in 120 s")
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert_same(decode_parallel(msgs, lsns, workers=2, events=False), alone, "parent after")
 
 
 def test_one_decoder_on_two_threads_is_refused(big):
