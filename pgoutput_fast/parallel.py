@@ -20,6 +20,16 @@ of each) and finds the Relation and Type messages that carry the catalog to it. 
 part holds anything else (stream blocks, prepared transactions), ``plan_cuts`` cuts the
 rest of the stream with the full grammar, as before.
 
+Where no Commit lies near a byte target (a bulk load, a batch job: transactions of many
+MiB), the cut goes inside the plain transaction there (``_inside_cut``): the piece
+before it is fed a copy of the transaction's Commit at its end, the piece after it
+copies of its Begin and Origin at its start (a ChunkedArray; the piece's own messages
+are not copied), so each writes its part with the real commit LSN, time, xid and
+origin. Only ``seq``, the change's ordinal in its transaction, starts again at 0 in a
+later part: the join adds the rows of that transaction the earlier pieces hold. A
+transaction with a logical message in it, or not closed in the stream, is not cut
+inside; a piece that fails makes one Decoder decode the whole, for its exact error.
+
 The native core lets go of the GIL while it writes blocks of rows (src/block_writers.pxi:
 the column pass, the change-event block writer, a window of small transactions), so
 the pieces do decode at the same time; what stays under the GIL (the dispatch of
@@ -424,17 +434,24 @@ def _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs):
     bounds: list = []
     decoders: list = []
     futures: list = []
+    splits: list = []                            # (transaction continued, transaction left open)
     pool = _shared_pool(workers) if workers > 1 else None
 
     def run(k):
         lo, hi = bounds[k]
+        head, tail = splits[k]
         try:
-            return decoders[k].feed(arr.slice(lo, hi - lo), None if lsn_np is None else lsn_np[lo:hi]), None
+            if head is None and tail is None:
+                part, part_lsn = arr.slice(lo, hi - lo), None if lsn_np is None else lsn_np[lo:hi]
+            else:
+                part, part_lsn = _with_copies(arr, lsn_np, lo, hi, head, tail)
+            return decoders[k].feed(part, part_lsn), None
         except DecodeError as exc:
             return getattr(exc, "changes", None), exc
 
-    def start(lo, hi, cat):
+    def start(lo, hi, cat, head=None, tail=None):
         bounds.append((lo, hi))
+        splits.append((head, tail))
         decoders.append(Decoder(cat, **decoder_kwargs))
         k = len(bounds) - 1
         futures.append(pool.submit(run, k) if pool is not None else k)
@@ -442,28 +459,39 @@ def _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs):
     try:
         cat = catalog.copy()
         order = _catalog_order(cat)
-        lo = 0                                   # where the next piece starts (nothing open)
+        lo = 0                                   # where the next piece starts
+        cont = None                              # the _Txn open at lo (a cut inside it), or None
         rest_from = None                         # where plan_cuts takes over
+        share = layout.total / pieces
         for k in range(1, pieces):
-            cut = _cut_near(arr, layout, layout.total * k / pieces, lo)
-            if cut is None:
+            want = layout.total * k / pieces
+            cut = _cut_near(arr, layout, want, lo)
+            inside = None
+            if cut is None or abs(int(layout.starts([cut])[0]) - want) > share / 4:
+                inside = _inside_cut(arr, layout, want, lo, cont)
+            if inside is not None:
+                cut, txn, seg = inside
+            elif cut is None:
                 continue
-            seg = message_scan(arr.slice(lo, cut - lo))
-            if not seg.simple or seg.depth != 0:
-                rest_from = lo                   # (streams, prepared: the grammar decides)
-                break
+            else:
+                txn = None
+                seg = message_scan(arr.slice(lo, cut - lo), 1 if cont is not None else 0)
+                if not seg.simple or seg.depth != 0:
+                    if cont is None:
+                        rest_from = lo           # (streams, prepared: the grammar decides)
+                    break
             snapshot = cat.copy()
             try:
                 _apply_catalog(arr, lsn_np, lo, seg.types, cat, order, _impl.decode_message)
             except Exception:  # noqa: BLE001 - the piece's Decoder reports it as it would
                 cat = None
                 break
-            start(lo, cut, snapshot)
-            lo = cut
+            start(lo, cut, snapshot, cont, txn)
+            lo, cont = cut, txn
         if cat is None:
-            start(lo, n, snapshot)               # (it raises where the catalog fails)
+            start(lo, n, snapshot, cont)         # (it raises where the catalog fails)
         elif rest_from is None:
-            start(lo, n, cat)
+            start(lo, n, cat, cont)
         else:
             sub = arr.slice(lo, n - lo)
             sub_lsn = None if lsn_np is None else lsn_np[lo:]
@@ -485,6 +513,10 @@ def _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs):
     finally:
         if pool is not None:
             wait(futures)                        # (nothing of this call runs on after it)
+    if any(exc is not None for _, exc in results) and any(h is not None or t is not None for h, t in splits):
+        # a piece cut inside a transaction failed: one Decoder says exactly where and what
+        one = Decoder(catalog, **decoder_kwargs)
+        return one.feed(arr, lsn_np), one
     parts: list = []
     order_list = list(order)
     for k, (changes, exc) in enumerate(results):
@@ -494,9 +526,146 @@ def _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs):
             exc.changes = _join(parts + ([changes] if changes is not None else []), order_list)
             raise exc
         parts.append(changes)
+    if any(h is not None or t is not None for h, t in splits):
+        parts = _shift_split_seq(parts, splits)
     if len(parts) == 1:
         return parts[0], decoders[-1]
     return _join(parts, order_list), decoders[-1]
+
+
+class _Txn:
+    """A plain transaction that a cut falls inside: its Begin, its last Origin before the
+    cut (or None), its Commit (message indexes), and its final LSN (the rows' commit_lsn)."""
+
+    __slots__ = ("begin", "origin", "commit", "final_lsn")
+
+    def __init__(self, begin, origin, commit, final_lsn):
+        self.begin, self.origin, self.commit, self.final_lsn = begin, origin, commit, final_lsn
+
+
+#: no cut inside a transaction with one of these in it (besides Begin and Commit): a
+#: logical message (a non-transactional one is passed on where it arrives, before the
+#: transaction's own; a piece would pass it on after the part of the transaction
+#: before it) and every control message (Stream, prepared: only plain B..C is cut)
+_NO_INSIDE = _CONTROL.copy()
+_NO_INSIDE[P.MESSAGE] = True
+
+
+def _inside_cut(arr, layout, want, lo, cont):
+    """A cut before the message holding byte ``want``, inside a plain transaction (a
+    B..C with only changes, Relation, Type and Origin messages in it, and closed in the
+    stream): (cut, its _Txn, the message_scan of [lo, cut)), or None. ``cont``: the
+    _Txn open at ``lo`` (lo is itself such a cut), or None.
+
+    The piece before the cut is fed a copy of the transaction's Commit after it, and
+    the piece after it copies of its Begin and Origin before it: each piece's Decoder
+    then writes its part of the transaction with the real commit LSN, time, xid and
+    origin; only ``seq`` (the change's ordinal in its transaction) starts again at 0,
+    which the join shifts (``_shift_split_seq``)."""
+    n = layout.n
+    t = layout.index_at(int(want))
+    if t <= lo + 1 or t >= n - 1:
+        return None
+    seg = message_scan(arr.slice(lo, t - lo), 1 if cont is not None else 0)
+    if not seg.simple or seg.depth != 1:
+        return None
+    types = seg.types
+    begins = np.flatnonzero(types == P.BEGIN)
+    if len(begins):
+        b = int(begins[-1])
+        body = types[b + 1:]
+        if _NO_INSIDE[body].any():
+            return None
+        origins = np.flatnonzero(body == P.ORIGIN)
+        origin = lo + b + 1 + int(origins[-1]) if len(origins) else None
+        begin = lo + b
+    elif cont is not None:
+        # (the same transaction as at lo: a piece inside it; checked to its Commit)
+        if _NO_INSIDE[types].any():
+            return None
+        origins = np.flatnonzero(types == P.ORIGIN)
+        origin = lo + int(origins[-1]) if len(origins) else cont.origin
+        return t, _Txn(cont.begin, origin, cont.commit, cont.final_lsn), seg
+    else:
+        return None
+    # its Commit: the first control message from t on, with no logical message before it
+    pos, span, commit = t, 4096, None
+    while pos < n and commit is None:
+        hi = min(n, pos + span)
+        ts = message_scan(arr.slice(pos, hi - pos), 1).types
+        stop = np.flatnonzero(_NO_INSIDE[ts])
+        if len(stop):
+            if ts[stop[0]] != P.COMMIT:
+                return None
+            commit = pos + int(stop[0])
+        pos, span = hi, span * 8
+    if commit is None or commit == t:
+        return None
+    first = arr[begin].as_py()
+    if len(first) != 21:
+        return None                              # (a malformed Begin: one piece reports it)
+    return t, _Txn(begin, origin, commit, struct.unpack_from(">q", first, 1)[0]), seg
+
+
+def _with_copies(arr, lsn_np, lo, hi, head, tail):
+    """Messages [lo, hi) with copies of ``head``'s Begin (and Origin) before them and of
+    ``tail``'s Commit after them (the slice not copied: a ChunkedArray), and their LSNs."""
+    before = [] if head is None else [head.begin] + ([head.origin] if head.origin is not None else [])
+    after = [] if tail is None else [tail.commit]
+    chunks: list = []
+    for idx in (before, None, after):
+        if idx is None:
+            part = arr.slice(lo, hi - lo)
+        elif idx:
+            part = arr.take(pa.array(idx, pa.int64()))
+        else:
+            continue
+        chunks.extend(part.chunks if isinstance(part, pa.ChunkedArray) else [part])
+    lsns = None
+    if lsn_np is not None:
+        lsns = np.concatenate([lsn_np[before], lsn_np[lo:hi], lsn_np[after]]) if before or after else lsn_np[lo:hi]
+    return pa.chunked_array(chunks, arr.type), lsns
+
+
+def _shift_split_seq(parts, splits):
+    """The pieces' ChangeSets with the seq of each transaction cut inside shifted by the
+    rows its parts in the earlier pieces hold (their rows counted by commit LSN)."""
+    import pyarrow.compute as pc
+
+    def rows_of(cs, lsn):
+        if cs.events is not None:
+            tables = [(cs.events, "commit_lsn")]
+        else:
+            tables = [(t, "_commit_lsn") for _, t in cs.table_versions]
+        return sum(int(pc.sum(pc.equal(t.column(col), lsn)).as_py() or 0) for t, col in tables if t.num_rows)
+
+    def shifted(t, lsn_col, seq_col, lsn, off):
+        if t.num_rows == 0:
+            return t
+        i = t.schema.get_field_index(seq_col)
+        seq = t.column(i)
+        new = pc.if_else(pc.equal(t.column(lsn_col), lsn), pc.add(seq, off), seq)
+        return t.set_column(i, t.field(i), new)
+
+    held: dict = {}                              # final LSN -> rows in the pieces so far
+    out = []
+    for cs, (head, tail) in zip(parts, splits):
+        if head is not None:
+            lsn = pa.scalar(head.final_lsn, pa.int64())
+            off = held.get(head.final_lsn, 0)
+            rows = rows_of(cs, lsn)
+            if off and rows:
+                off_s = pa.scalar(off, pa.int64())
+                events = cs.events
+                if events is not None:
+                    events = shifted(events, "commit_lsn", "seq", lsn, off_s)
+                versions = [(v, shifted(t, "_commit_lsn", "_seq", lsn, off_s)) for v, t in cs.table_versions]
+                cs = ChangeSet(events, versions, cs.messages)
+            held[head.final_lsn] = off + rows
+        if tail is not None and (head is None or tail.final_lsn != head.final_lsn):
+            held[tail.final_lsn] = rows_of(cs, pa.scalar(tail.final_lsn, pa.int64()))
+        out.append(cs)
+    return out
 
 
 def _catalog_order(cat) -> dict:

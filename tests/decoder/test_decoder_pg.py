@@ -541,6 +541,34 @@ def test_batches_equal_oneshot(world, decoded, variant):
     _report(problems)
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("variant", VARIANT_NAMES)
+def test_decode_parallel_equals_oneshot(world, decoded, variant, monkeypatch):
+    """decode_parallel of each capture, cut into 2 to 41 pieces (at rest, and inside
+    the large plain transactions where no Commit is near a cut's byte target), gives the
+    ChangeSet decode_changes gives, seq included."""
+    from pgoutput_fast import parallel
+    from tests.decoder.test_parallel import assert_same
+
+    d = decoded(variant)
+    inside: list = []
+    orig = parallel._inside_cut
+
+    def count(*args):
+        got = orig(*args)
+        if got is not None:
+            inside.append(got[0])
+        return got
+
+    monkeypatch.setattr(parallel, "_inside_cut", count)
+    for pieces in (2, 7, 41):
+        got = parallel.decode_parallel(d.messages, d.lsns, workers=2, pieces=pieces)
+        assert_same(got, d.oneshot, f"{variant}, {pieces} pieces")
+    if BY_NAME[variant].slot == SLOT_PLAIN and BY_NAME[variant].streaming is None:
+        # (protocol 1: the large transactions come whole, as plain B..C)
+        assert inside, "no cut inside a transaction"
+
+
 def _batch_type_problem(version, name, arr, oneshot_type):
     """[] if a batch's column has the one-shot type. An all-null column of an unknown type
     (or an array of one) may legitimately be string (list<string>) in a batch where no

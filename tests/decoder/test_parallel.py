@@ -3,6 +3,9 @@ in commit order: the same ChangeSet as one Decoder."""
 
 from __future__ import annotations
 
+import collections
+
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -211,3 +214,165 @@ def test_a_bad_relation_message_in_a_later_piece():
         got = _outcome(lambda: decode_parallel(msgs, lsns, workers=2, pieces=pieces))
         assert got[:2] == want[:2], pieces
         assert_same(got[2], want[2], f"pieces={pieces}")
+
+
+# ---- cuts inside large transactions --------------------------------------------------
+
+def _large_transactions(seed=5, inside=None, open_end=False):
+    """Twelve plain transactions of 200 to 1,500 changes over two tables (inserts,
+    updates, deletes by key), with a few small ones between them: an Origin after the
+    Begin of every third; a Relation redefined (a column added) inside the fifth; a
+    Truncate of both tables inside the eighth. ``inside``: a logical message (flags 0 or
+    1) put in the middle of the sixth. ``open_end``: the last transaction has no Commit.
+    Returns (messages, lsns, the index of each large transaction's Begin)."""
+    import random
+
+    from pgoutput_fast import (Begin, Commit, Delete, Insert, LogicalMessage, Origin, Relation,
+                               RelationColumn, Truncate, Update, Value, encode_message)
+
+    rng = random.Random(seed)
+    R, S = 16384, 16390
+
+    def rel(relid, extra):
+        cols = (RelationColumn(1, "id", 20, -1), RelationColumn(0, "v", 25, -1),
+                RelationColumn(0, "n", 23, -1)) + tuple(RelationColumn(0, f"x{j}", 25, -1) for j in range(extra))
+        return encode_message(Relation(relid, "public", f"t{relid}", "d", cols))
+
+    def row(k, ncols):
+        t = lambda v: Value("t", str(v).encode())      # noqa: E731
+        return (t(k), t("v" * rng.randrange(0, 30) + str(k)), None if k % 11 == 0 else t(k % 1000)) + \
+            tuple(t(f"x{k}") for _ in range(ncols - 3))
+
+    msgs, begins, lsn, k = [rel(R, 0), rel(S, 0)], [], 1 << 20, 0
+    ncols = {R: 3, S: 3}
+
+    def txn(x, n, big):
+        nonlocal lsn, k
+        final = lsn + 10 * (n + 3)
+        if big:
+            begins.append(len(msgs))
+        msgs.append(encode_message(Begin(final, 700_000_000_000 + x, 5000 + x)))
+        if big and x % 3 == 0:
+            msgs.append(encode_message(Origin(lsn, f"upstream-{x}")))
+        for i in range(n):
+            if big and i == n // 2:
+                if x == 4:
+                    ncols[R] = 4
+                    msgs.append(rel(R, 1))
+                elif x == 7:
+                    msgs.append(encode_message(Truncate(0, (R, S), None)))
+                elif x == 5 and inside is not None:
+                    msgs.append(encode_message(LogicalMessage(inside, lsn + 5, "p", b"inside", None)))
+            k += 1
+            relid = rng.choice((R, S))
+            op = rng.random()
+            if op < 0.7:
+                m = Insert(relid, row(k, ncols[relid]), None)
+            elif op < 0.9:
+                m = Update(relid, None, None, row(k, ncols[relid]), None)
+            else:
+                m = Delete(relid, "K", (Value("t", str(k).encode()),) + (None,) * (ncols[relid] - 1), None)
+            msgs.append(encode_message(m))
+        if not (open_end and x == 11):
+            msgs.append(encode_message(Commit(0, final, final + 8, 700_000_000_000 + x)))
+        lsn = final + 16
+
+    for x in range(12):
+        txn(x, rng.randrange(200, 1500), True)
+        if x % 4 == 1:
+            for y in range(3):
+                txn(100 + 3 * x + y, rng.randrange(1, 4), False)
+    lsns = np.arange(len(msgs), dtype=np.int64) * 16 + (1 << 20)
+    return pa.array(msgs, pa.binary()), lsns, begins
+
+
+def _count_inside(monkeypatch):
+    """Wraps parallel._inside_cut: the list of cuts it made (cut, its transaction's Begin)."""
+    from pgoutput_fast import parallel
+
+    made: list = []
+    orig = parallel._inside_cut
+
+    def wrap(*args):
+        got = orig(*args)
+        if got is not None:
+            made.append((got[0], got[1].begin))
+        return got
+
+    monkeypatch.setattr(parallel, "_inside_cut", wrap)
+    return made
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(o) or "default")
+def test_cut_inside_large_transactions(monkeypatch, options):
+    """Pieces cut inside transactions (no Commit near the byte targets): the same
+    ChangeSet as one Decoder, seq (the ordinal in the transaction) included, with an
+    Origin, a Relation redefined and a Truncate inside the transactions cut."""
+    msgs, lsns, begins = _large_transactions()
+    made = _count_inside(monkeypatch)
+    want = pgoutput_fast.Decoder(**options).feed(msgs, lsns)
+    for pieces in (2, 3, 7, 16, 40):
+        made.clear()
+        got = decode_parallel(msgs, lsns, workers=2, pieces=pieces, **options)
+        assert_same(got, want, f"pieces={pieces}")
+        # (at 2 and 3 pieces a Commit lies near each byte target: the cuts are at rest)
+        assert made or pieces < 7, f"pieces={pieces}: no cut inside a transaction"
+        assert all(b in begins for _, b in made)
+    # several cuts inside one transaction (pieces wholly inside it)
+    made.clear()
+    assert_same(decode_parallel(msgs, lsns, workers=2, pieces=60, **options), want, "pieces=60")
+    per_txn = collections.Counter(b for _, b in made)
+    assert max(per_txn.values()) >= 2, per_txn
+
+
+@pytest.mark.parametrize("flags", [0, 1], ids=["non-transactional", "transactional"])
+def test_no_cut_inside_a_transaction_with_a_logical_message(monkeypatch, flags):
+    """A logical message inside a transaction: one Decoder passes a non-transactional one
+    on where it arrives, before the transaction's rows and messages; no piece boundary
+    is put inside such a transaction, and the output is one Decoder's."""
+    msgs, lsns, begins = _large_transactions(inside=flags)
+    made = _count_inside(monkeypatch)
+    want = pgoutput_fast.Decoder().feed(msgs, lsns)
+    assert len(want.messages) == 1
+    for pieces in (2, 7, 16, 40):
+        made.clear()
+        assert_same(decode_parallel(msgs, lsns, workers=2, pieces=pieces), want, f"pieces={pieces}")
+        assert (made or pieces < 7) and begins[5] not in {b for _, b in made}, pieces
+
+
+def test_no_cut_inside_a_transaction_open_at_the_end(monkeypatch):
+    """The last transaction has no Commit in the stream: no piece is cut inside it (a
+    piece needs the Commit), and the last piece's Decoder holds it back as one Decoder
+    does."""
+    from pgoutput_fast.parallel import _decode_parallel
+
+    msgs, lsns, begins = _large_transactions(open_end=True)
+    made = _count_inside(monkeypatch)
+    one = pgoutput_fast.Decoder()
+    want = one.feed(msgs, lsns)
+    for pieces in (2, 16, 40):
+        made.clear()
+        got, last = _decode_parallel(msgs, lsns, 2, None, pieces, {})
+        assert_same(got, want, f"pieces={pieces}")
+        assert last.pending() == one.pending() and one.pending()["open_changes"] > 0
+        assert (made or pieces < 7) and begins[-1] not in {b for _, b in made}, pieces
+
+
+def test_a_damaged_change_inside_a_transaction_cut(monkeypatch):
+    """A change cut short in a transaction that the pieces cut inside: the error one
+    Decoder raises (index into the whole stream, offset, type) and the changes before."""
+    msgs, lsns, begins = _large_transactions()
+    made = _count_inside(monkeypatch)
+    decode_parallel(msgs, lsns, workers=2, pieces=16)
+    cut, begin = made[1]
+    raw = msgs.to_pylist()
+    for bad in (cut - 1, cut, cut + 3):
+        damaged = list(raw)
+        assert damaged[bad][:1] in (b"I", b"U", b"D"), bad
+        damaged[bad] = damaged[bad][:-2]
+        arr = pa.array(damaged, pa.binary())
+        want = _outcome(lambda: pgoutput_fast.Decoder().feed(arr, lsns))
+        assert want[0] == "error" and want[1][0] == bad
+        got = _outcome(lambda: decode_parallel(arr, lsns, workers=2, pieces=16))
+        assert got[:2] == want[:2]
+        assert_same(got[2], want[2], f"damaged {bad}")
