@@ -431,71 +431,81 @@ def _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs):
         one = Decoder(catalog, **decoder_kwargs)
         return one.feed(arr, lsn_np), one
 
-    bounds: list = []
-    decoders: list = []
+    parts_: list = []                            # [lo, hi, head, tail, Decoder] in stream order
     futures: list = []
-    splits: list = []                            # (transaction continued, transaction left open)
     pool = _shared_pool(workers) if workers > 1 else None
 
-    def run(k):
-        lo, hi = bounds[k]
-        head, tail = splits[k]
+    def run(piece):
+        lo, hi, head, tail, dec = piece
         try:
             if head is None and tail is None:
                 part, part_lsn = arr.slice(lo, hi - lo), None if lsn_np is None else lsn_np[lo:hi]
             else:
                 part, part_lsn = _with_copies(arr, lsn_np, lo, hi, head, tail)
-            return decoders[k].feed(part, part_lsn), None
+            return dec.feed(part, part_lsn), None
         except DecodeError as exc:
             return getattr(exc, "changes", None), exc
 
-    def start(lo, hi, cat, head=None, tail=None):
-        bounds.append((lo, hi))
-        splits.append((head, tail))
-        decoders.append(Decoder(cat, **decoder_kwargs))
-        k = len(bounds) - 1
-        futures.append(pool.submit(run, k) if pool is not None else k)
+    def start(lo, hi, cat, head=None, tail=None, before_last=False):
+        piece = [lo, hi, head, tail, Decoder(cat, **decoder_kwargs)]
+        at = len(parts_) - 1 if before_last else len(parts_)
+        parts_.insert(at, piece)
+        futures.insert(at, pool.submit(run, piece) if pool is not None else piece)
 
+    split = False                                # a transaction cut inside (seq to shift)
+    unsure = False                               # the last piece started on a guess that failed
     try:
         cat = catalog.copy()
         order = _catalog_order(cat)
         lo = 0                                   # where the next piece starts
         cont = None                              # the _Txn open at lo (a cut inside it), or None
         rest_from = None                         # where plan_cuts takes over
+        last_started = False
         share = layout.total / pieces
         for k in range(1, pieces):
-            want = layout.total * k / pieces
-            cut = _cut_near(arr, layout, want, lo)
-            inside = None
-            if cut is None or abs(int(layout.starts([cut])[0]) - want) > share / 4:
-                inside = _inside_cut(arr, layout, want, lo, cont)
-            if inside is not None:
-                cut, txn, seg = inside
-            elif cut is None:
+            plan = _plan_cut(arr, layout, layout.total * k / pieces, lo, cont, share)
+            if plan is None:
                 continue
-            else:
-                txn = None
-                seg = message_scan(arr.slice(lo, cut - lo), 1 if cont is not None else 0)
-                if not seg.simple or seg.depth != 0:
-                    if cont is None:
-                        rest_from = lo           # (streams, prepared: the grammar decides)
-                    break
+            if plan is _NOT_SIMPLE:
+                if cont is None:
+                    rest_from = lo               # (streams, prepared: the grammar decides)
+                break
+            cut, txn, types = plan
+            # the last piece may start before the Commit of the transaction it cuts is
+            # found (the piece before it needs it; the last piece does not), when the
+            # stream ends with a Commit: the search then fails only on a transaction
+            # that is not plain to its end, and one Decoder decodes the whole
+            guess = (txn is not None and txn.commit is None and k == pieces - 1
+                     and _type_at(arr, n - 1) == P.COMMIT)
+            if txn is not None and txn.commit is None and not guess and not _find_commit(arr, txn):
+                continue
             snapshot = cat.copy()
             try:
-                _apply_catalog(arr, lsn_np, lo, seg.types, cat, order, _impl.decode_message)
+                _apply_catalog(arr, lsn_np, lo, types, cat, order, _impl.decode_message)
             except Exception:  # noqa: BLE001 - the piece's Decoder reports it as it would
                 cat = None
                 break
+            split = split or txn is not None
+            if guess:
+                start(cut, n, cat, txn)
+                last_started = True
+                if not _find_commit(arr, txn):
+                    unsure = True
+                    break
+                start(lo, cut, snapshot, cont, txn, before_last=True)
+                break
             start(lo, cut, snapshot, cont, txn)
             lo, cont = cut, txn
-        if cat is None:
+        if last_started:
+            pass
+        elif cat is None:
             start(lo, n, snapshot, cont)         # (it raises where the catalog fails)
         elif rest_from is None:
             start(lo, n, cat, cont)
         else:
             sub = arr.slice(lo, n - lo)
             sub_lsn = None if lsn_np is None else lsn_np[lo:]
-            cuts = plan_cuts(sub, pieces - len(bounds))
+            cuts = plan_cuts(sub, pieces - len(parts_))
             snaps = None
             if cuts:
                 try:
@@ -513,34 +523,63 @@ def _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs):
     finally:
         if pool is not None:
             wait(futures)                        # (nothing of this call runs on after it)
-    if any(exc is not None for _, exc in results) and any(h is not None or t is not None for h, t in splits):
-        # a piece cut inside a transaction failed: one Decoder says exactly where and what
+    if unsure or (split and any(exc is not None for _, exc in results)):
+        # a guess that failed, or a piece cut inside a transaction failed: one Decoder
+        # decodes the whole (and says exactly where and what is wrong)
         one = Decoder(catalog, **decoder_kwargs)
         return one.feed(arr, lsn_np), one
     parts: list = []
     order_list = list(order)
-    for k, (changes, exc) in enumerate(results):
+    for piece, (changes, exc) in zip(parts_, results):
         if exc is not None:
             if exc.message_index is not None:
-                exc.message_index += bounds[k][0]
+                exc.message_index += piece[0]
             exc.changes = _join(parts + ([changes] if changes is not None else []), order_list)
             raise exc
         parts.append(changes)
-    if any(h is not None or t is not None for h, t in splits):
-        parts = _shift_split_seq(parts, splits)
+    if split:
+        parts = _shift_split_seq(parts, [(p[2], p[3]) for p in parts_])
+    last = parts_[-1][4]
     if len(parts) == 1:
-        return parts[0], decoders[-1]
-    return _join(parts, order_list), decoders[-1]
+        return parts[0], last
+    return _join(parts, order_list), last
+
+
+def _type_at(arr, i) -> int:
+    """The type byte of message i (0 for an empty one)."""
+    m = arr[i].as_py()
+    return m[0] if m else 0
 
 
 class _Txn:
     """A plain transaction that a cut falls inside: its Begin, its last Origin before the
-    cut (or None), its Commit (message indexes), and its final LSN (the rows' commit_lsn)."""
+    cut (or None), its Commit (message indexes; None until ``_find_commit`` finds it,
+    from message ``search_from`` on), and its final LSN (the rows' commit_lsn)."""
 
-    __slots__ = ("begin", "origin", "commit", "final_lsn")
+    __slots__ = ("begin", "origin", "commit", "final_lsn", "search_from")
 
-    def __init__(self, begin, origin, commit, final_lsn):
+    def __init__(self, begin, origin, commit, final_lsn, search_from=None):
         self.begin, self.origin, self.commit, self.final_lsn = begin, origin, commit, final_lsn
+        self.search_from = search_from
+
+
+def _find_commit(arr, txn) -> bool:
+    """Looks for ``txn``'s Commit from message ``txn.search_from`` on (the messages
+    before it are known to be changes, Relation, Type or Origin messages): the first
+    control or logical message must be it. Sets ``txn.commit``; False when the
+    transaction is not closed in the stream, or holds something else first."""
+    n, pos, span = len(arr), txn.search_from, 16384
+    while pos < n:
+        hi = min(n, pos + span)
+        ts = message_scan(arr.slice(pos, hi - pos), 1).types
+        stop = np.flatnonzero(_NO_INSIDE[ts])
+        if len(stop):
+            if ts[stop[0]] != P.COMMIT:
+                return False
+            txn.commit = pos + int(stop[0])
+            return True
+        pos, span = hi, min(span * 2, 131072)
+    return False
 
 
 #: no cut inside a transaction with one of these in it (besides Begin and Commit): a
@@ -551,60 +590,112 @@ _NO_INSIDE = _CONTROL.copy()
 _NO_INSIDE[P.MESSAGE] = True
 
 
-def _inside_cut(arr, layout, want, lo, cont):
-    """A cut before the message holding byte ``want``, inside a plain transaction (a
-    B..C with only changes, Relation, Type and Origin messages in it, and closed in the
-    stream): (cut, its _Txn, the message_scan of [lo, cut)), or None. ``cont``: the
-    _Txn open at ``lo`` (lo is itself such a cut), or None.
+_NOT_SIMPLE = object()
+_NONE = np.zeros(0, np.intp)
+#: control messages but Begin and Commit (a part with one of these is planned by plan_cuts)
+_STREAMISH = _CONTROL.copy()
+_STREAMISH[P.BEGIN] = _STREAMISH[P.COMMIT] = False
+
+
+def _plan_cut(arr, layout, want, lo, cont, share):
+    """Where the piece from ``lo`` ends, for the byte target ``want``: (cut, the _Txn cut
+    inside or None, the type bytes of [lo, cut)); None for no cut; _NOT_SIMPLE when the
+    part holds stream or two-phase messages (plan_cuts decides). ``cont``: the _Txn open
+    at ``lo``.
+
+    One pass over the type bytes from ``lo`` to the message holding the target (what the
+    piece's catalog needs anyway) gives the last point before it where nothing is open,
+    and one over the messages up to a quarter of a piece (``share``) after it the first
+    such point there. The nearer of the two within a quarter of a piece is the cut; else,
+    inside a plain transaction, a cut inside it at the target (``_inside_cut``; its
+    Commit is looked for later, ``_find_commit``); else the nearest point where nothing is
+    open, looked for on in growing windows."""
+    n = layout.n
+    t = layout.index_at(int(want))
+    if t <= lo:
+        return None
+    head = message_scan(arr.slice(lo, t - lo), 1 if cont is not None else 0)
+    if not head.simple:
+        return _NOT_SIMPLE
+    rest = np.flatnonzero(head.rest)
+    below = lo + int(rest[-1]) + 1 if len(rest) else None
+    end = min(n, max(t + 1, layout.index_at(int(want + share / 4)) + 1))
+    windows: list = []
+    pos, span, depth, close, streamish = t, end - t, head.depth, None, False
+    while pos < n and close is None and not streamish:
+        hi = min(n, pos + span)
+        win = message_scan(arr.slice(pos, hi - pos), depth)
+        at = np.flatnonzero(win.rest)
+        bad = np.flatnonzero(_STREAMISH[win.types]) if not win.simple else _NONE
+        if len(at) and (not len(bad) or at[0] < bad[0]):
+            close = pos + int(at[0])             # (after it nothing is open)
+        elif len(bad):
+            streamish = True
+        windows.append(win.types)
+        depth = win.depth
+        pos, span = hi, max(256, span) * 8
+        if len(windows) == 1:
+            # the window of a quarter of a piece: a point where nothing is open in it or
+            # before t, near enough; else a cut inside the transaction open at t
+            near = [c for c in (below, close + 1 if close is not None else None) if c is not None and c < n]
+            if near:
+                gaps = np.abs(layout.starts(near) - want)
+                if gaps.min() <= share / 4:
+                    best = near[int(np.argmin(gaps))]
+                    return best, None, (head.types[:best - lo] if best <= t else
+                                        np.concatenate([head.types, win.types])[:best - lo])
+            if head.depth == 1 and not streamish:
+                inside = _inside_cut(arr, lo, t, head.types, cont, close, win.types, hi)
+                if inside is not None:
+                    return inside
+    above = close + 1 if close is not None and close + 1 < n else None
+    near = [c for c in (below, above) if c is not None]
+    if not near:
+        return _NOT_SIMPLE if streamish else None
+    best = near[int(np.argmin(np.abs(layout.starts(near) - want)))]
+    if best <= t:
+        return best, None, head.types[:best - lo]
+    return best, None, np.concatenate([head.types] + windows)[:best - lo]
+
+
+def _inside_cut(arr, lo, t, types, cont, close, after, after_end):
+    """The cut at message ``t``, inside the plain transaction open there: (t, its _Txn,
+    ``types``), or None where the transaction may not be cut (a logical message or any
+    control message in it, a malformed Begin). ``types``: the type bytes of [lo, t);
+    ``cont``: the _Txn open at ``lo``; ``after``: those of [t, after_end), where
+    ``close``, when not None, is the transaction's Commit.
 
     The piece before the cut is fed a copy of the transaction's Commit after it, and
     the piece after it copies of its Begin and Origin before it: each piece's Decoder
     then writes its part of the transaction with the real commit LSN, time, xid and
     origin; only ``seq`` (the change's ordinal in its transaction) starts again at 0,
     which the join shifts (``_shift_split_seq``)."""
-    n = layout.n
-    t = layout.index_at(int(want))
-    if t <= lo + 1 or t >= n - 1:
+    if close is not None and close <= t:
         return None
-    seg = message_scan(arr.slice(lo, t - lo), 1 if cont is not None else 0)
-    if not seg.simple or seg.depth != 1:
+    if _NO_INSIDE[after[:close - t] if close is not None else after].any():
         return None
-    types = seg.types
     begins = np.flatnonzero(types == P.BEGIN)
     if len(begins):
         b = int(begins[-1])
         body = types[b + 1:]
-        if _NO_INSIDE[body].any():
-            return None
-        origins = np.flatnonzero(body == P.ORIGIN)
-        origin = lo + b + 1 + int(origins[-1]) if len(origins) else None
-        begin = lo + b
+        begin, origin = lo + b, None
     elif cont is not None:
-        # (the same transaction as at lo: a piece inside it; checked to its Commit)
-        if _NO_INSIDE[types].any():
-            return None
-        origins = np.flatnonzero(types == P.ORIGIN)
-        origin = lo + int(origins[-1]) if len(origins) else cont.origin
-        return t, _Txn(cont.begin, origin, cont.commit, cont.final_lsn), seg
+        body = types                             # (the transaction open at lo, to t)
+        begin, origin = cont.begin, cont.origin
+        b = -1
     else:
         return None
-    # its Commit: the first control message from t on, with no logical message before it
-    pos, span, commit = t, 4096, None
-    while pos < n and commit is None:
-        hi = min(n, pos + span)
-        ts = message_scan(arr.slice(pos, hi - pos), 1).types
-        stop = np.flatnonzero(_NO_INSIDE[ts])
-        if len(stop):
-            if ts[stop[0]] != P.COMMIT:
-                return None
-            commit = pos + int(stop[0])
-        pos, span = hi, span * 8
-    if commit is None or commit == t:
+    if _NO_INSIDE[body].any():
         return None
+    origins = np.flatnonzero(body == P.ORIGIN)
+    if len(origins):
+        origin = lo + b + 1 + int(origins[-1])
+    if cont is not None and begin == cont.begin:
+        return t, _Txn(begin, origin, cont.commit, cont.final_lsn), types
     first = arr[begin].as_py()
     if len(first) != 21:
         return None                              # (a malformed Begin: one piece reports it)
-    return t, _Txn(begin, origin, commit, struct.unpack_from(">q", first, 1)[0]), seg
+    return t, _Txn(begin, origin, close, struct.unpack_from(">q", first, 1)[0], after_end), types
 
 
 def _with_copies(arr, lsn_np, lo, hi, head, tail):
@@ -629,41 +720,57 @@ def _with_copies(arr, lsn_np, lo, hi, head, tail):
 
 def _shift_split_seq(parts, splits):
     """The pieces' ChangeSets with the seq of each transaction cut inside shifted by the
-    rows its parts in the earlier pieces hold (their rows counted by commit LSN)."""
-    import pyarrow.compute as pc
+    rows its parts in the earlier pieces hold.
+
+    A piece's part of a transaction it continues is its first rows (of the change-event
+    table, of each typed table), and of one it leaves open its last: the rows a part
+    holds are one more than the seq of its last row (seq counts every change, one row
+    each), and a shift adds to the leading rows of the transaction's commit LSN."""
+    def tables_of(cs):
+        if cs.events is not None:
+            return [(cs.events, "commit_lsn", "seq")]
+        return [(t, "_commit_lsn", "_seq") for _, t in cs.table_versions]
 
     def rows_of(cs, lsn):
-        if cs.events is not None:
-            tables = [(cs.events, "commit_lsn")]
-        else:
-            tables = [(t, "_commit_lsn") for _, t in cs.table_versions]
-        return sum(int(pc.sum(pc.equal(t.column(col), lsn)).as_py() or 0) for t, col in tables if t.num_rows)
+        most = 0
+        for t, lsn_col, seq_col in tables_of(cs):
+            n = t.num_rows
+            if n and t.column(lsn_col)[n - 1].as_py() == lsn:
+                most = max(most, t.column(seq_col)[n - 1].as_py() + 1)
+        return most
 
     def shifted(t, lsn_col, seq_col, lsn, off):
-        if t.num_rows == 0:
+        n = t.num_rows
+        if n == 0:
+            return t
+        lead = _lsn_numpy(t.column(lsn_col)) != lsn
+        p = int(np.argmax(lead)) if lead.any() else n
+        if p == 0:
             return t
         i = t.schema.get_field_index(seq_col)
-        seq = t.column(i)
-        new = pc.if_else(pc.equal(t.column(lsn_col), lsn), pc.add(seq, off), seq)
-        return t.set_column(i, t.field(i), new)
+        seq = _lsn_numpy(t.column(i)).copy()
+        seq[:p] += off
+        return t.set_column(i, t.field(i), pa.array(seq, pa.int64()))
 
     held: dict = {}                              # final LSN -> rows in the pieces so far
     out = []
     for cs, (head, tail) in zip(parts, splits):
         if head is not None:
-            lsn = pa.scalar(head.final_lsn, pa.int64())
             off = held.get(head.final_lsn, 0)
-            rows = rows_of(cs, lsn)
-            if off and rows:
-                off_s = pa.scalar(off, pa.int64())
+            if head is tail or (tail is not None and tail.final_lsn == head.final_lsn):
+                rows = rows_of(cs, head.final_lsn)       # (all its rows are the part's)
+            else:
+                rows = 0
+            if off:
                 events = cs.events
                 if events is not None:
-                    events = shifted(events, "commit_lsn", "seq", lsn, off_s)
-                versions = [(v, shifted(t, "_commit_lsn", "_seq", lsn, off_s)) for v, t in cs.table_versions]
+                    events = shifted(events, "commit_lsn", "seq", head.final_lsn, off)
+                versions = [(v, shifted(t, "_commit_lsn", "_seq", head.final_lsn, off))
+                            for v, t in cs.table_versions]
                 cs = ChangeSet(events, versions, cs.messages)
             held[head.final_lsn] = off + rows
         if tail is not None and (head is None or tail.final_lsn != head.final_lsn):
-            held[tail.final_lsn] = rows_of(cs, pa.scalar(tail.final_lsn, pa.int64()))
+            held[tail.final_lsn] = rows_of(cs, tail.final_lsn)
         out.append(cs)
     return out
 
@@ -687,27 +794,6 @@ def _apply_catalog(arr, lsns, lo, types, cat, order, decode_message):
         else:
             v = cat.apply_relation(msg, int(lsns[lo + i]) if lsns is not None else 0)
             order.setdefault((v.relid, v.version), None)
-
-
-def _cut_near(arr, layout, want, after):
-    """The cut after a Commit nearest to byte ``want``, past message ``after`` and before
-    the last message; None when there is none."""
-    n = layout.n
-    t = layout.index_at(int(want))
-    span = 256
-    while True:
-        lo, hi = max(after, t - span), min(n, t + span)
-        if lo < hi:
-            types = message_scan(arr.slice(lo, hi - lo)).types
-            # a cut before message i where message i - 1 is a Commit
-            found = (lo + 1 + np.flatnonzero(types == P.COMMIT)).tolist()
-            found = [c for c in found if after < c < n]
-            if found:
-                ends = layout.starts(found)
-                return found[int(np.argmin(np.abs(ends - want)))]
-        if lo <= after and hi >= n:
-            return None
-        span *= 8
 
 
 _pool_lock = threading.Lock()

@@ -552,15 +552,14 @@ def test_decode_parallel_equals_oneshot(world, decoded, variant, monkeypatch):
 
     d = decoded(variant)
     inside: list = []
-    orig = parallel._inside_cut
+    orig = parallel._with_copies
 
-    def count(*args):
-        got = orig(*args)
-        if got is not None:
-            inside.append(got[0])
-        return got
+    def count(arr, lsn, lo, hi, head, tail):
+        if tail is not None:
+            inside.append(hi)
+        return orig(arr, lsn, lo, hi, head, tail)
 
-    monkeypatch.setattr(parallel, "_inside_cut", count)
+    monkeypatch.setattr(parallel, "_with_copies", count)
     for pieces in (2, 7, 41):
         got = parallel.decode_parallel(d.messages, d.lsns, workers=2, pieces=pieces)
         assert_same(got, d.oneshot, f"{variant}, {pieces} pieces")

@@ -287,19 +287,21 @@ def _large_transactions(seed=5, inside=None, open_end=False):
 
 
 def _count_inside(monkeypatch):
-    """Wraps parallel._inside_cut: the list of cuts it made (cut, its transaction's Begin)."""
+    """Wraps parallel._with_copies (how a piece cut inside a transaction is fed): the
+    list of the cuts inside transactions the pieces were fed with (the cut, the Begin of
+    the transaction it falls in)."""
     from pgoutput_fast import parallel
 
     made: list = []
-    orig = parallel._inside_cut
+    orig = parallel._with_copies
 
-    def wrap(*args):
-        got = orig(*args)
-        if got is not None:
-            made.append((got[0], got[1].begin))
-        return got
+    def wrap(arr, lsn, lo, hi, head, tail):
+        if tail is not None:
+            assert tail.commit is not None and tail.commit >= hi
+            made.append((hi, tail.begin))
+        return orig(arr, lsn, lo, hi, head, tail)
 
-    monkeypatch.setattr(parallel, "_inside_cut", wrap)
+    monkeypatch.setattr(parallel, "_with_copies", wrap)
     return made
 
 
@@ -376,3 +378,44 @@ def test_a_damaged_change_inside_a_transaction_cut(monkeypatch):
         got = _outcome(lambda: decode_parallel(arr, lsns, workers=2, pieces=16))
         assert got[:2] == want[:2]
         assert_same(got[2], want[2], f"damaged {bad}")
+
+
+@pytest.mark.parametrize("late", [None, 0, 1], ids=["plain", "late-message", "late-transactional-message"])
+def test_the_last_piece_starts_before_the_commit_is_found(monkeypatch, late):
+    """Two pieces of one large transaction (and small ones after it): the last piece
+    starts before the transaction's Commit is looked for (the piece before needs it).
+    With a logical message far past the cut, found only then, that start was wrong:
+    one Decoder decodes the whole. Either way, one Decoder's ChangeSet."""
+    from pgoutput_fast import Begin, Commit, Insert, LogicalMessage, Relation, RelationColumn, Value, encode_message
+    from pgoutput_fast import parallel
+
+    cols = (RelationColumn(1, "id", 20, -1), RelationColumn(0, "v", 25, -1))
+    msgs = [encode_message(Relation(16384, "public", "t", "d", cols))]
+    msgs.append(encode_message(Begin(1 << 30, 700_000_000_000, 42)))
+    for i in range(6000):
+        if late is not None and i == 5900:
+            msgs.append(encode_message(LogicalMessage(late, 1 << 29, "p", b"late", None)))
+        msgs.append(encode_message(Insert(16384, (Value("t", str(i).encode()), Value("t", b"x" * (i % 50))), None)))
+    msgs.append(encode_message(Commit(0, 1 << 30, (1 << 30) + 8, 700_000_000_000)))
+    for x in range(3):
+        msgs.append(encode_message(Begin((1 << 30) + 100 * (x + 1), 700_000_000_001, 43 + x)))
+        msgs.append(encode_message(Insert(16384, (Value("t", b"1"), None), None)))
+        msgs.append(encode_message(Commit(0, (1 << 30) + 100 * (x + 1), 0, 700_000_000_001)))
+    arr, lsns = pa.array(msgs, pa.binary()), np.arange(len(msgs), dtype=np.int64) + 100
+    made = _count_inside(monkeypatch)
+    guesses: list = []
+    orig = parallel._find_commit
+
+    def find(arr_, txn):
+        found = orig(arr_, txn)
+        guesses.append(found)
+        return found
+
+    monkeypatch.setattr(parallel, "_find_commit", find)
+    for options in OPTIONS:
+        made.clear()
+        guesses.clear()
+        want = pgoutput_fast.Decoder(**options).feed(arr, lsns)
+        assert_same(decode_parallel(arr, lsns, workers=2, pieces=2, **options), want, str(options))
+        assert guesses == [late is None], guesses
+        assert len(made) == (1 if late is None else 0), made
