@@ -220,7 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     pd.add_argument("--events", action="store_true", help="also build the change-event table")
     pd.add_argument("--workers", type=int, default=None, metavar="N",
                     help="cores to decode on (default: all this process may use): the capture "
-                         "is cut where no transaction is open, each piece decoded by its own "
+                         "is cut where no transaction is open (or inside a large plain one), "
+                         "each piece decoded by its own "
                          "Decoder, the tables joined in commit order (decode_parallel)")
     pd.add_argument("--storage-option", action="append", metavar="KEY=VALUE", default=[],
                     help=_STORAGE_OPTION_HELP)

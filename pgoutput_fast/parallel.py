@@ -35,7 +35,7 @@ the column pass, the change-event block writer, a window of small transactions),
 the pieces do decode at the same time; what stays under the GIL (the dispatch of
 Relation, Origin and other rare messages, the export to Arrow) is a small share of a
 piece. A stream too small to be worth it (under MIN_PIECE_BYTES a piece) and one with
-nowhere to cut (one long transaction) are decoded by one Decoder.
+nowhere to cut are decoded by one Decoder.
 
 The threads are kept across calls (``_shared_pool``): a pool per number of workers,
 made on the first call that asks for it, made anew in a forked child. A pool made and
@@ -389,8 +389,9 @@ def decode_parallel(messages, lsn=None, *, workers: int | None = None,
 
     ``messages``, ``lsn``: as ``Decoder.feed`` takes them (a pa.BinaryArray is cut
     without a copy). ``pieces``: how many parts to cut it into (default: ``workers``).
-    A stream with nowhere to cut (one long transaction) is decoded in one piece. On a
-    bad message raises the DecodeError one Decoder raises, ``message_index`` into the
+    Where no transaction ends near a piece's end, a plain one is cut inside. A stream
+    with nowhere to cut (one long streamed transaction, a transaction with a logical
+    message in it, or not closed) is decoded in one piece. On a bad message raises the DecodeError one Decoder raises, ``message_index`` into the
     whole stream and ``changes`` the committed changes before it.
     """
     return _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs)[0]
@@ -621,9 +622,9 @@ def _plan_cut(arr, layout, want, lo, cont, share):
     below = lo + int(rest[-1]) + 1 if len(rest) else None
     end = min(n, max(t + 1, layout.index_at(int(want + share / 4)) + 1))
     windows: list = []
-    pos, span, depth, close, streamish = t, end - t, head.depth, None, False
+    pos, span, depth, close, streamish, decided = t, 256, head.depth, None, False, False
     while pos < n and close is None and not streamish:
-        hi = min(n, pos + span)
+        hi = min(n, pos + span, end) if pos < end else min(n, pos + span)
         win = message_scan(arr.slice(pos, hi - pos), depth)
         at = np.flatnonzero(win.rest)
         bad = np.flatnonzero(_STREAMISH[win.types]) if not win.simple else _NONE
@@ -633,19 +634,21 @@ def _plan_cut(arr, layout, want, lo, cont, share):
             streamish = True
         windows.append(win.types)
         depth = win.depth
-        pos, span = hi, max(256, span) * 8
-        if len(windows) == 1:
-            # the window of a quarter of a piece: a point where nothing is open in it or
+        pos, span = hi, span * 8
+        if not decided and (close is not None or streamish or pos >= end):
+            # up to a quarter of a piece after t: a point where nothing is open there or
             # before t, near enough; else a cut inside the transaction open at t
+            decided = True
             near = [c for c in (below, close + 1 if close is not None else None) if c is not None and c < n]
             if near:
                 gaps = np.abs(layout.starts(near) - want)
                 if gaps.min() <= share / 4:
                     best = near[int(np.argmin(gaps))]
                     return best, None, (head.types[:best - lo] if best <= t else
-                                        np.concatenate([head.types, win.types])[:best - lo])
+                                        np.concatenate([head.types] + windows)[:best - lo])
             if head.depth == 1 and not streamish:
-                inside = _inside_cut(arr, lo, t, head.types, cont, close, win.types, hi)
+                after = windows[0] if len(windows) == 1 else np.concatenate(windows)
+                inside = _inside_cut(arr, lo, t, head.types, cont, close, after, pos)
                 if inside is not None:
                     return inside
     above = close + 1 if close is not None and close + 1 < n else None
