@@ -29,6 +29,8 @@ origin. Only ``seq``, the change's ordinal in its transaction, starts again at 0
 later part: the join adds the rows of that transaction the earlier pieces hold. A
 transaction with a logical message in it, or not closed in the stream, is not cut
 inside; a piece that fails makes one Decoder decode the whole, for its exact error.
+So does a piece that fails other than on a bad message (the planner reads Relation
+messages more leniently than the decoder: a name that is not UTF-8).
 
 The native core lets go of the GIL while it writes blocks of rows (src/block_writers.pxi:
 the column pass, the change-event block writer, a window of small transactions), so
@@ -391,8 +393,9 @@ def decode_parallel(messages, lsn=None, *, workers: int | None = None,
     without a copy). ``pieces``: how many parts to cut it into (default: ``workers``).
     Where no transaction ends near a piece's end, a plain one is cut inside. A stream
     with nowhere to cut (one long streamed transaction, a transaction with a logical
-    message in it, or not closed) is decoded in one piece. On a bad message raises the DecodeError one Decoder raises, ``message_index`` into the
-    whole stream and ``changes`` the committed changes before it.
+    message in it, or not closed) is decoded in one piece. On a bad message raises the
+    DecodeError one Decoder raises, ``message_index`` into the whole stream and
+    ``changes`` the committed changes before it.
     """
     return _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs)[0]
 
@@ -432,23 +435,24 @@ def _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs):
         one = Decoder(catalog, **decoder_kwargs)
         return one.feed(arr, lsn_np), one
 
-    parts_: list = []                            # [lo, hi, head, tail, Decoder] in stream order
+    parts_: list = []                            # [lo, hi, head, tail, catalog, Decoder], in order
     futures: list = []
     pool = _shared_pool(workers) if workers > 1 else None
 
     def run(piece):
-        lo, hi, head, tail, dec = piece
+        lo, hi, head, tail, cat = piece[:5]
         try:
+            dec = piece[5] = Decoder(cat, **decoder_kwargs)
             if head is None and tail is None:
                 part, part_lsn = arr.slice(lo, hi - lo), None if lsn_np is None else lsn_np[lo:hi]
             else:
                 part, part_lsn = _with_copies(arr, lsn_np, lo, hi, head, tail)
             return dec.feed(part, part_lsn), None
-        except DecodeError as exc:
+        except Exception as exc:  # noqa: BLE001 - the join decides (see below)
             return getattr(exc, "changes", None), exc
 
     def start(lo, hi, cat, head=None, tail=None, before_last=False):
-        piece = [lo, hi, head, tail, Decoder(cat, **decoder_kwargs)]
+        piece = [lo, hi, head, tail, cat, None]
         at = len(parts_) - 1 if before_last else len(parts_)
         parts_.insert(at, piece)
         futures.insert(at, pool.submit(run, piece) if pool is not None else piece)
@@ -524,9 +528,11 @@ def _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs):
     finally:
         if pool is not None:
             wait(futures)                        # (nothing of this call runs on after it)
-    if unsure or (split and any(exc is not None for _, exc in results)):
-        # a guess that failed, or a piece cut inside a transaction failed: one Decoder
-        # decodes the whole (and says exactly where and what is wrong)
+    if unsure or any(exc is not None and (split or not isinstance(exc, DecodeError)) for _, exc in results):
+        # a guess that failed, a piece cut inside a transaction that failed, or a piece
+        # that failed other than on a bad message (a catalog the planner took from a
+        # damaged Relation message that one Decoder refuses: a name not UTF-8): one
+        # Decoder decodes the whole, and says exactly where and what is wrong
         one = Decoder(catalog, **decoder_kwargs)
         return one.feed(arr, lsn_np), one
     parts: list = []
@@ -540,7 +546,7 @@ def _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs):
         parts.append(changes)
     if split:
         parts = _shift_split_seq(parts, [(p[2], p[3]) for p in parts_])
-    last = parts_[-1][4]
+    last = parts_[-1][5]
     if len(parts) == 1:
         return parts[0], last
     return _join(parts, order_list), last

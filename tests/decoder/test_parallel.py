@@ -419,3 +419,34 @@ def test_the_last_piece_starts_before_the_commit_is_found(monkeypatch, late):
         assert_same(decode_parallel(arr, lsns, workers=2, pieces=2, **options), want, str(options))
         assert guesses == [late is None], guesses
         assert len(made) == (1 if late is None else 0), made
+
+
+@pytest.mark.parametrize("where", ["relname", "column"])
+def test_a_relation_name_not_utf8_in_a_later_piece(where):
+    """A Relation message past the middle whose name is not UTF-8: one Decoder refuses
+    it (DecodeError); the planner reads it into the catalog it carries to the next cut,
+    where the piece's Decoder could not use it. The outcome is one Decoder's: the same
+    error, index and changes before it (found by hypothesis over damaged streams)."""
+    from pgoutput_fast import Begin, Commit, Insert, Relation, RelationColumn, Value, encode_message
+
+    msgs, lsn = [], 100
+    for t in range(200):
+        msgs.append(encode_message(Begin(lsn + 50, 7, 900 + t)))
+        if t in (0, 120):
+            cols = (RelationColumn(1, "id", 20, -1), RelationColumn(0, "v", 25, -1))
+            msg = encode_message(Relation(16384, "public", "t", "d", cols))
+            if t == 120:
+                bad = len(msgs)
+                old = b"t\x00d" if where == "relname" else b"v\x00"
+                msg = msg.replace(old, b"\xff" + old[1:] if where == "relname" else b"\xfe\x00", 1)
+            msgs.append(msg)
+        msgs.append(encode_message(Insert(16384, (Value("t", str(t).encode()), Value("t", b"x")), None)))
+        msgs.append(encode_message(Commit(0, lsn + 50, lsn + 60, 7)))
+        lsn += 100
+    lsns = list(range(1, len(msgs) + 1))
+    want = _outcome(lambda: pgoutput_fast.Decoder().feed(msgs, lsns))
+    assert want[0] == "error" and want[1][0] == bad, want[:2]
+    for pieces in (2, 3, 5, 40):
+        got = _outcome(lambda: decode_parallel(msgs, lsns, workers=2, pieces=pieces))
+        assert got[:2] == want[:2], pieces
+        assert_same(got[2], want[2], f"pieces={pieces}")
