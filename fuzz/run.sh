@@ -13,6 +13,11 @@
 #   bash fuzz/run.sh repro TARGET FILE
 # Environment: FUZZ_JOBS=N runs N workers per target (libFuzzer -fork); FUZZ_FLAGS adds
 # libFuzzer flags.
+#
+# Target "parallel" is not libFuzzer's: it runs decode_parallel's two generated-stream
+# property tests (tests/decoder/test_parallel.py: valid and damaged streams, cut into up
+# to 60 pieces, against one Decoder) with SECONDS x 50 examples each, on the normal
+# build; hypothesis prints a failing example and the seed to reproduce it.
 set -euo pipefail
 source "$(dirname "$0")/../scripts/_setup.sh"
 cd "$ROOT"
@@ -25,7 +30,7 @@ if [ "$seconds" = repro ]; then
     repro="${targets[1]}"
     targets=("${targets[0]}")
 fi
-[ ${#targets[@]} -eq 0 ] && targets=(decode_message feed values)
+[ ${#targets[@]} -eq 0 ] && targets=(decode_message feed values parallel)
 
 BUILD="$ROOT/build/fuzz"
 CORPUS="$ROOT/build/fuzz-corpus"
@@ -59,6 +64,20 @@ SEEDS="$ROOT/build/fuzz-seeds"
 
 status=0
 for t in "${targets[@]}"; do
+    if [ "$t" = parallel ]; then
+        examples=$((seconds * 50))
+        log "fuzzing parallel: decode_parallel against one Decoder, $examples examples per test"
+        if ! env -u LD_PRELOAD -u PYTHONPATH PGOUTPUT_FAST_PARALLEL_FUZZ="$examples" \
+                "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/decoder/test_parallel.py \
+                -k "test_generated_streams_same_as_one_decoder or test_damaged_streams_same_error_as_one_decoder" \
+                >"$ARTIFACTS/$t.log" 2>&1; then
+            status=1
+            tail -80 "$ARTIFACTS/$t.log" >&2
+            log "FOUND a problem in parallel: the falsifying example is above (build/fuzz-artifacts/parallel.log)"
+        fi
+        tail -1 "$ARTIFACTS/$t.log" | sed "s/^/  $t: /" >&2
+        continue
+    fi
     mkdir -p "$CORPUS/$t"
     log "fuzzing $t for ${seconds}s (corpus build/fuzz-corpus/$t)"
     flags=(-max_total_time="$seconds" -timeout=30 -rss_limit_mb=3072 -max_len=4096

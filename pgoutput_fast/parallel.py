@@ -570,22 +570,34 @@ class _Txn:
         self.search_from = search_from
 
 
+def _scan_windows(arr, pos, depth, span, grow, cap=None, end=None):
+    """Yields (pos, message_scan) of consecutive windows of messages from ``pos`` to the
+    end: ``span`` messages first, ``grow`` times more each next (up to ``cap``); no
+    window reaches past ``end`` from before it. ``depth``: the transactions open at
+    ``pos``, carried from window to window."""
+    n = len(arr)
+    while pos < n:
+        hi = min(n, pos + span)
+        if end is not None and pos < end:
+            hi = min(hi, end)
+        win = message_scan(arr.slice(pos, hi - pos), depth)
+        yield pos, win
+        depth = win.depth
+        pos, span = hi, span * grow if cap is None else min(span * grow, cap)
+
+
 def _find_commit(arr, txn) -> bool:
     """Looks for ``txn``'s Commit from message ``txn.search_from`` on (the messages
     before it are known to be changes, Relation, Type or Origin messages): the first
     control or logical message must be it. Sets ``txn.commit``; False when the
     transaction is not closed in the stream, or holds something else first."""
-    n, pos, span = len(arr), txn.search_from, 16384
-    while pos < n:
-        hi = min(n, pos + span)
-        ts = message_scan(arr.slice(pos, hi - pos), 1).types
-        stop = np.flatnonzero(_NO_INSIDE[ts])
+    for pos, win in _scan_windows(arr, txn.search_from, 1, 16384, 2, cap=131072):
+        stop = np.flatnonzero(_NO_INSIDE[win.types])
         if len(stop):
-            if ts[stop[0]] != P.COMMIT:
+            if win.types[stop[0]] != P.COMMIT:
                 return False
             txn.commit = pos + int(stop[0])
             return True
-        pos, span = hi, min(span * 2, 131072)
     return False
 
 
@@ -628,10 +640,22 @@ def _plan_cut(arr, layout, want, lo, cont, share):
     below = lo + int(rest[-1]) + 1 if len(rest) else None
     end = min(n, max(t + 1, layout.index_at(int(want + share / 4)) + 1))
     windows: list = []
-    pos, span, depth, close, streamish, decided = t, 256, head.depth, None, False, False
-    while pos < n and close is None and not streamish:
-        hi = min(n, pos + span, end) if pos < end else min(n, pos + span)
-        win = message_scan(arr.slice(pos, hi - pos), depth)
+    close, streamish, decided = None, False, False
+
+    def nearest(limit=None):
+        # the point where nothing is open (below t, or after the first close above it)
+        # nearest the target, with the type bytes of [lo, it); None if none is within limit
+        near = [c for c in (below, close + 1 if close is not None else None) if c is not None and c < n]
+        if not near:
+            return None
+        gaps = np.abs(layout.starts(near) - want)
+        if limit is not None and gaps.min() > limit:
+            return None
+        best = near[int(np.argmin(gaps))]
+        types = head.types if best <= t else np.concatenate([head.types] + windows)
+        return best, None, types[:best - lo]
+
+    for pos, win in _scan_windows(arr, t, head.depth, 256, 8, end=end):
         at = np.flatnonzero(win.rest)
         bad = np.flatnonzero(_STREAMISH[win.types]) if not win.simple else _NONE
         if len(at) and (not len(bad) or at[0] < bad[0]):
@@ -639,32 +663,25 @@ def _plan_cut(arr, layout, want, lo, cont, share):
         elif len(bad):
             streamish = True
         windows.append(win.types)
-        depth = win.depth
-        pos, span = hi, span * 8
-        if not decided and (close is not None or streamish or pos >= end):
+        hi = pos + len(win.types)
+        if not decided and (close is not None or streamish or hi >= end):
             # up to a quarter of a piece after t: a point where nothing is open there or
             # before t, near enough; else a cut inside the transaction open at t
             decided = True
-            near = [c for c in (below, close + 1 if close is not None else None) if c is not None and c < n]
-            if near:
-                gaps = np.abs(layout.starts(near) - want)
-                if gaps.min() <= share / 4:
-                    best = near[int(np.argmin(gaps))]
-                    return best, None, (head.types[:best - lo] if best <= t else
-                                        np.concatenate([head.types] + windows)[:best - lo])
+            plan = nearest(share / 4)
+            if plan is not None:
+                return plan
             if head.depth == 1 and not streamish:
                 after = windows[0] if len(windows) == 1 else np.concatenate(windows)
-                inside = _inside_cut(arr, lo, t, head.types, cont, close, after, pos)
+                inside = _inside_cut(arr, lo, t, head.types, cont, close, after, hi)
                 if inside is not None:
                     return inside
-    above = close + 1 if close is not None and close + 1 < n else None
-    near = [c for c in (below, above) if c is not None]
-    if not near:
-        return _NOT_SIMPLE if streamish else None
-    best = near[int(np.argmin(np.abs(layout.starts(near) - want)))]
-    if best <= t:
-        return best, None, head.types[:best - lo]
-    return best, None, np.concatenate([head.types] + windows)[:best - lo]
+        if close is not None or streamish:
+            break
+    plan = nearest()
+    if plan is None and streamish:
+        return _NOT_SIMPLE
+    return plan
 
 
 def _inside_cut(arr, lo, t, types, cont, close, after, after_end):
@@ -700,6 +717,8 @@ def _inside_cut(arr, lo, t, types, cont, close, after, after_end):
     if len(origins):
         origin = lo + b + 1 + int(origins[-1])
     if cont is not None and begin == cont.begin:
+        if origin == cont.origin:
+            return t, cont, types                # (a middle piece of the transaction at lo)
         return t, _Txn(begin, origin, cont.commit, cont.final_lsn), types
     first = arr[begin].as_py()
     if len(first) != 21:

@@ -4,6 +4,7 @@ in commit order: the same ChangeSet as one Decoder."""
 from __future__ import annotations
 
 import collections
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -105,13 +106,21 @@ def _generated():
     return streams
 
 
-@settings(max_examples=150, deadline=None,
+#: the fuzz stage (fuzz/run.sh, target "parallel") runs the two generated-stream tests
+#: below longer: PGOUTPUT_FAST_PARALLEL_FUZZ=N takes N examples each, streams of up to 30
+#: steps cut into up to 60 pieces (a damaged Relation name past a cut needed about 2,000
+#: examples of that size to be found; the defaults here did not find it)
+_FUZZ = int(os.environ.get("PGOUTPUT_FAST_PARALLEL_FUZZ") or 0)
+_STEPS, _MAX_PIECES = (30, 60) if _FUZZ else (14, 8)
+
+
+@settings(max_examples=_FUZZ or 150, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(stream=_generated()(max_steps=14), data=st.data())
+@given(stream=_generated()(max_steps=_STEPS), data=st.data())
 def test_generated_streams_same_as_one_decoder(stream, data):
     msgs, lsns = stream
     options = data.draw(st.sampled_from(OPTIONS))
-    pieces = data.draw(st.integers(2, 8))
+    pieces = data.draw(st.integers(2, _MAX_PIECES))
     workers = data.draw(st.sampled_from([1, 2]))
     as_arrow = data.draw(st.booleans())
     m = pa.array(msgs, pa.binary()) if as_arrow else msgs
@@ -155,9 +164,9 @@ def _outcome(fn):
         return ("error", (exc.message_index, exc.offset, exc.message_type), exc.changes)
 
 
-@settings(max_examples=120, deadline=None,
+@settings(max_examples=_FUZZ or 120, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(stream=_generated()(max_steps=14), data=st.data())
+@given(stream=_generated()(max_steps=_STEPS), data=st.data())
 def test_damaged_streams_same_error_as_one_decoder(stream, data):
     """A damaged message anywhere (often a Relation or Type message, which the planner
     applies to carry the catalog to each cut; or a Begin or Commit, which it reads to
@@ -173,7 +182,7 @@ def test_damaged_streams_same_error_as_one_decoder(stream, data):
     else:
         damage_one(msgs, data)
     options = data.draw(st.sampled_from(OPTIONS))
-    pieces = data.draw(st.integers(2, 8))
+    pieces = data.draw(st.integers(2, _MAX_PIECES))
     want = _outcome(lambda: pgoutput_fast.Decoder(**options).feed(msgs, lsns))
     got = _outcome(lambda: decode_parallel(msgs, lsns, workers=2, pieces=pieces, **options))
     assert got[:2] == want[:2], (got[:2], want[:2])
