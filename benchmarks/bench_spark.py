@@ -12,6 +12,9 @@ On the same data, in the same run, with one SparkSession ``local[2]``:
 * ``spark/decode-stream-one-task`` / ``spark/decode-stream-pieces``: the same changes as
   ONE streamed transaction spanning every segment, read as one task (``split=False``)
   and in pieces (``pgoutput_fast.split``, as many as the session's task slots);
+* ``spark/decode-bulk-one-task`` / ``spark/decode-bulk-pieces``: the same changes as ONE
+  plain transaction in ONE segment (a bulk load), read as one task and cut inside the
+  transaction into as many pieces as the task slots (``split.cut_segment``);
 * ``spark/apply``: ``apply_changes`` of the typed changes into a fresh snapshot (prints
   the reduced batch that reached the commit and the driver's Arrow peak);
 * ``spark/apply-parts``: the same with ``max_batch_changes=ROWS // 6`` (commits of
@@ -39,9 +42,10 @@ SEG_TXNS = 50
 TABLE = "public.bench"
 
 
-def _build(directory, streamed=False):
+def _build(directory, streamed=False, bulk=False):
     """The capture; ``streamed=True``: the same changes as ONE streamed transaction (its
-    blocks of TXN changes where the transactions were, a Stream Commit at the end)."""
+    blocks of TXN changes where the transactions were, a Stream Commit at the end);
+    ``bulk=True``: as ONE plain transaction in ONE segment (a bulk load)."""
     import pyarrow as pa
 
     from pgoutput_fast import encode_message
@@ -65,11 +69,15 @@ def _build(directory, streamed=False):
     seg_bounds = [0]
     txn = 0
     sx = 999 if streamed else None
+    if bulk:
+        msgs.append(encode_message(Begin(lsn + (ROWS + 2) * 64, 0, 1000)))
+        lsns.append(lsn)
     while i < ROWS:
         lsn += 64
-        msgs.append(encode_message(StreamStart(sx, int(txn == 0)) if streamed
-                                   else Begin(lsn + (TXN + 1) * 64, 0, 1000 + txn)))
-        lsns.append(lsn)
+        if not bulk:
+            msgs.append(encode_message(StreamStart(sx, int(txn == 0)) if streamed
+                                       else Begin(lsn + (TXN + 1) * 64, 0, 1000 + txn)))
+            lsns.append(lsn)
         for _ in range(TXN):
             lsn += 64
             r = i % 20
@@ -85,12 +93,18 @@ def _build(directory, streamed=False):
                 msgs.append(encode_message(Insert(16400, row(i), sx)))
             lsns.append(lsn)
             i += 1
+        txn += 1
+        if bulk:
+            continue
         lsn += 64
         msgs.append(encode_message(StreamStop() if streamed else Commit(0, lsn, lsn + 64, 0)))
         lsns.append(lsn)
-        txn += 1
         if txn % SEG_TXNS == 0:
             seg_bounds.append(len(msgs))
+    if bulk:
+        lsn += 64
+        msgs.append(encode_message(Commit(0, lsn, lsn + 64, 0)))
+        lsns.append(lsn)
     if streamed:
         lsn += 64
         msgs.append(encode_message(StreamCommit(sx, 0, lsn, lsn + 64, 0)))
@@ -129,6 +143,21 @@ def stream_world(world):
     whole = pgs.read_segments(spark, d, split=False)
     yield {"split": split, "whole": whole, "catalog": pgs.build_catalog(split),
            "messages": n_msgs, "rows": n_rows}
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def bulk_world(world):
+    """The same changes as one plain transaction in one segment."""
+    from pgoutput_fast import spark as pgs
+
+    d = tempfile.mkdtemp(prefix="pgoutput_fast_bench_spark_bulk_")
+    n_msgs, n_rows = _build(d, bulk=True)
+    spark = world["spark"]
+    split = pgs.read_segments(spark, d)
+    whole = pgs.read_segments(spark, d, split=False)
+    yield {"split": split, "whole": whole, "catalog": pgs.build_catalog(split),
+           "messages": n_msgs, "rows": n_rows, "pieces": split.rdd.getNumPartitions()}
     shutil.rmtree(d, ignore_errors=True)
 
 
@@ -180,6 +209,28 @@ def test_decode_stream_pieces(benchmark, stream_world):
     _run(benchmark, lambda: _noop(pgs.decode(w["split"], w["catalog"])))
     record(benchmark, "spark/decode-stream-pieces", messages=w["messages"], rows=w["rows"],
            baseline="spark/decode-stream-one-task")
+
+
+def test_decode_bulk_one_task(benchmark, bulk_world):
+    """One plain transaction in one segment, read as one task (``split=False``: what a
+    bulk load did before cuts inside segments)."""
+    from pgoutput_fast import spark as pgs
+
+    w = bulk_world
+    _run(benchmark, lambda: _noop(pgs.decode(w["whole"], w["catalog"])))
+    record(benchmark, "spark/decode-bulk-one-task", messages=w["messages"], rows=w["rows"])
+
+
+def test_decode_bulk_pieces(benchmark, bulk_world):
+    """The same, the segment cut inside the transaction into as many pieces as the
+    session's task slots (``split.cut_segment``)."""
+    from pgoutput_fast import spark as pgs
+
+    w = bulk_world
+    assert w["pieces"] > 1, "the bulk segment should be cut into pieces"
+    _run(benchmark, lambda: _noop(pgs.decode(w["split"], w["catalog"])))
+    record(benchmark, "spark/decode-bulk-pieces", messages=w["messages"], rows=w["rows"],
+           baseline="spark/decode-bulk-one-task")
 
 
 def test_apply(benchmark, world):

@@ -27,6 +27,13 @@ How (``plan_pieces`` on the driver, ``PiecePlan.rewrite`` in each task):
 * **seq** (the ordinal of a change in its transaction) is shifted in each part by the
   rows the earlier parts emit: ``PiecePlan.seq_offsets`` by commit LSN.
 
+**A plain transaction inside one segment** (a bulk load: capture cuts segments only
+where nothing is open, so it is one segment) is cut by ``cut_segment``, as
+``decode_parallel`` cuts a stream (``parallel._plan_cut``): the piece before the cut is
+fed a copy of its Commit at its end, the piece after it copies of its Begin and Origin
+before its first message (``PlainCut``, ``add_plain_cuts``), and seq is shifted by the
+changes before the cut.
+
 Relation and Type messages are never skipped: they change the catalog where they
 arrive, whatever becomes of the transaction, in every piece as in one Decoder; each
 piece starts from the catalog as of its first message (``SegmentCatalog.as_of``).
@@ -47,8 +54,8 @@ import pyarrow as pa
 from . import protocol as P
 from .parallel import message_layout
 
-__all__ = ["PieceFacts", "PiecePlan", "piece_facts", "merge_facts", "plan_pieces",
-           "stream_detail"]
+__all__ = ["PieceFacts", "PiecePlan", "PlainCut", "piece_facts", "merge_facts", "plan_pieces",
+           "stream_detail", "cut_segment", "add_plain_cuts"]
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -184,17 +191,20 @@ class PiecePlan:
     skip: list = field(default_factory=list)             # [(xid, lo, hi)] spooled records
     append: list = field(default_factory=list)           # [(lsn, bytes)] fed at the end
     seq_offsets: dict = field(default_factory=dict)      # commit_lsn -> offset
+    before: dict = field(default_factory=dict)           # ordinal -> [(lsn, bytes)] fed before it
 
     @property
     def empty(self) -> bool:
-        return not (self.first_segment or self.inject or self.drop or self.skip or self.append)
+        return not (self.first_segment or self.inject or self.drop or self.skip or self.append
+                    or self.before)
 
     def to_dict(self) -> dict:
         return {"first_segment": self.first_segment,
                 "inject": {str(k): [[lsn, b.hex()] for lsn, b in v] for k, v in self.inject.items()},
                 "drop": self.drop, "skip": [list(s) for s in self.skip],
                 "append": [[lsn, b.hex()] for lsn, b in self.append],
-                "seq_offsets": [[k, v] for k, v in self.seq_offsets.items()]}
+                "seq_offsets": [[k, v] for k, v in self.seq_offsets.items()],
+                "before": {str(k): [[lsn, b.hex()] for lsn, b in v] for k, v in self.before.items()}}
 
     @classmethod
     def from_dict(cls, d) -> "PiecePlan":
@@ -203,7 +213,9 @@ class PiecePlan:
                     for k, v in d.get("inject", {}).items()},
                    list(d.get("drop", [])), [tuple(s) for s in d.get("skip", [])],
                    [(int(lsn), bytes.fromhex(h)) for lsn, h in d.get("append", [])],
-                   {int(k): int(v) for k, v in d.get("seq_offsets", [])})
+                   {int(k): int(v) for k, v in d.get("seq_offsets", [])},
+                   {int(k): [(int(lsn), bytes.fromhex(h)) for lsn, h in v]
+                    for k, v in d.get("before", {}).items()})
 
     # -- in the task -------------------------------------------------------------------
     def rewrite(self, data: pa.Array, lsn: pa.Array, ordinals) -> list:
@@ -229,7 +241,8 @@ class PiecePlan:
                 if m is None:
                     m = _Messages(data)
                 keep &= ~(m.spooled & (m.top == np.uint32(xid)) & (ords >= a) & (ords < b))
-        marks = sorted(o for o in set(self.first_segment) | set(self.inject) if lo <= o <= hi)
+        marks = sorted(o for o in set(self.first_segment) | set(self.inject) | set(self.before)
+                       if lo <= o <= hi)
         out = []
         pos = 0
         for o in marks:
@@ -239,9 +252,11 @@ class PiecePlan:
             s = data[i].as_py()
             if o in self.first_segment:
                 s = s[:5] + b"\x01" + s[6:]
-            extra = self.inject.get(o, [])
-            out.append((pa.array([s] + [b for _, b in extra], pa.binary()),
-                        pa.array([lsn[i].as_py()] + [x for x, _ in extra], pa.int64())))
+            pre = self.before.get(o, [])
+            mine = [(lsn[i].as_py(), s)] if keep[i] else []
+            extra = pre + mine + self.inject.get(o, [])
+            out.append((pa.array([b for _, b in extra], pa.binary()),
+                        pa.array([x for x, _ in extra], pa.int64())))
             pos = i + 1
         if pos < len(ords):
             out.append(_take(data, lsn, keep, pos, len(ords)))
@@ -268,6 +283,97 @@ class PiecePlan:
         add = pc.fill_null(pc.take(offs, pos), 0)
         i = table.column_names.index(seq_col)
         return table.set_column(i, table.field(i), pc.add(table.column(i), add))
+
+
+# ======================================================================================
+# cuts inside a plain transaction (a segment holding one of many MiB)
+# ======================================================================================
+
+@dataclass
+class PlainCut:
+    """A cut before message ``ordinal``, inside the plain transaction ``B…C`` open there:
+    the piece before it is fed a copy of the transaction's Commit at its end, the piece
+    after it copies of its Begin and last Origin before its first message, so each
+    Decoder writes its part with the real commit LSN, time, xid and origin; the later
+    part's ``seq`` is shifted by the changes before the cut (``rows_before``)."""
+    ordinal: int
+    begin: tuple                # (lsn, bytes)
+    origin: tuple | None
+    commit: tuple
+    commit_lsn: int             # the Begin's final LSN (the rows' commit_lsn), signed
+    rows_before: int
+
+
+def cut_segment(data: pa.Array, lsn, ordinals, parts: int) -> list:
+    """Where to cut one segment (nothing open at either end) into about ``parts`` parts of
+    equal bytes: ``[(start index, PlainCut or None)]`` of each part after the first. Each
+    cut is where nothing is open near its target (within a quarter of a part), else
+    inside the plain transaction there, else the nearest point where nothing is open
+    (``parallel._plan_cut``: never inside a transaction with a logical message in it,
+    nor inside or across stream or two-phase messages: no further cut from there)."""
+    from .parallel import _NOT_SIMPLE, _find_commit, _plan_cut, message_layout_of
+
+    if isinstance(data, pa.ChunkedArray):
+        data = data.combine_chunks()
+    lsns = np.asarray(lsn, np.int64)
+    ords = np.asarray(ordinals, np.int64)
+    n = len(data)
+    if parts < 2 or n < 2:
+        return []
+    layout = message_layout_of(data)
+    share = layout.total / parts
+    out: list = []
+    lo, cont = 0, None
+    for k in range(1, parts):
+        plan = _plan_cut(data, layout, layout.total * k / parts, lo, cont, share)
+        if plan is None:
+            continue
+        if plan is _NOT_SIMPLE:
+            break
+        cut, txn, _types = plan
+        if txn is not None and txn.commit is None and not _find_commit(data, txn):
+            continue
+        if cut <= lo or cut >= n:
+            continue
+        pc = None
+        if txn is not None:
+            at = lambda i: (int(lsns[i]), data[int(i)].as_py())      # noqa: E731
+            pc = PlainCut(int(ords[cut]), at(txn.begin),
+                          at(txn.origin) if txn.origin is not None else None,
+                          at(txn.commit), int(txn.final_lsn),
+                          _rows_between(data, txn.begin + 1, cut))
+        out.append((cut, pc))
+        lo, cont = cut, txn
+    return out
+
+
+def _rows_between(data: pa.Array, a: int, b: int) -> int:
+    """The change rows (seq values) messages [a, b) of a plain transaction emit: one per
+    Insert, Update and Delete, one per relation of a Truncate."""
+    starts, lens, buf = message_layout(data.slice(a, b - a))
+    types = np.zeros(len(starts), np.uint8)
+    ne = lens > 0
+    types[ne] = buf[starts[ne]]
+    rows = int(_ROWS_1[types].sum())
+    t = types == P.TRUNCATE
+    if t.any():
+        rows += int(_u32_at(buf, starts[t], lens[t], 1).astype(np.int64).sum())
+    return rows
+
+
+def add_plain_cuts(plans: list, starts: list) -> None:
+    """The copies and seq shifts of cuts inside plain transactions, added to ``plans``
+    (``plan_pieces``' plans, in order) for each piece ``k`` that starts at a
+    ``PlainCut`` (``starts[k]``; None: it starts where nothing plain is open). The
+    piece before gets the Commit copy first at its end (before any outcome of a stream
+    or prepared transaction it is also fed there: the plain one is open, they come
+    after it)."""
+    for k, pc in enumerate(starts):
+        if pc is None:
+            continue
+        plans[k - 1].append.insert(0, pc.commit)
+        plans[k].before.setdefault(pc.ordinal, [])[:0] = [pc.begin] + ([pc.origin] if pc.origin else [])
+        plans[k].seq_offsets[pc.commit_lsn] = plans[k].seq_offsets.get(pc.commit_lsn, 0) + pc.rows_before
 
 
 def _take(data, lsn, keep, a, b):

@@ -12,7 +12,9 @@ groups**: a group ends after a segment at whose end no streamed or prepared
 transaction is open. A closed group of several segments is cut into **pieces**, runs of
 whole segments, as many as the session's task slots (``pgoutput_fast.split``: each piece
 gets a copy of the outcome of the transactions it holds part of, subtransaction aborts
-are applied on the driver, seq is shifted), so a long transaction does not make one task. Each piece is one Spark
+are applied on the driver, seq is shifted), so a long transaction does not make one task.
+A segment holding one large plain transaction (a bulk load) is cut inside it too
+(``MIN_SPLIT_BYTES``, ``split.cut_segment``). Each piece is one Spark
 partition (``spark.range(n, numPartitions=n)`` + a reading ``mapInArrow``), read in
 order. A trailing group that is still open (a transaction not finished when capture
 stopped) is left out (``include_open=True`` keeps it, as one piece; its unfinished
@@ -140,26 +142,85 @@ def _segment_facts(entry):
 
 
 def _stream_detail_fn(pieces):
-    """``detail(k, xid)`` for ``plan_pieces``: ``pieces[k]`` is a list of entries."""
+    """``detail(k, xid)`` for ``plan_pieces``: ``pieces[k]`` is (entries, first ordinal,
+    count): the messages of those segments from that ordinal on."""
     def detail(k, xid):
-        from ..capture import read_segment
         from ..split import stream_detail
 
+        entries, first, count = pieces[k]
         parts = []
-        for entry in pieces[k]:
-            t = read_segment(entry, columns=("data", "ordinal"))
+        for entry in entries:
+            t = _piece_rows(entry, first, count, ("data", "ordinal"))
             parts.append(stream_detail(t.column("data"), t.column("ordinal").to_numpy(), xid))
         return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))
     return detail
 
 
+def _piece_rows(entry, first, count, columns):
+    """The rows of one segment (verified: ``capture.read_segment``) with ordinals in
+    [first, first + count): a piece may start or end inside a segment."""
+    from ..capture import read_segment
+
+    t = read_segment(entry, columns=columns)
+    o = t.column("ordinal").to_numpy()
+    a, b = np.searchsorted(o, [first, first + count])
+    return t if a == 0 and b == len(o) else t.slice(int(a), int(b - a))
+
+
+#: a segment is cut inside (``split.cut_segment``: where nothing is open, else inside a
+#: plain transaction) into parts of at least this many bytes of its file, where it holds
+#: more than a piece and a half of its group's messages: one bulk load or batch job
+#: written in one transaction is one segment, which would be one task
+MIN_SPLIT_BYTES = 4 << 20
+
+
+class _Unit:
+    """A run of one segment's messages that a piece holds whole: the segment's entry,
+    its facts, and the PlainCut it starts at (None: nothing plain open there)."""
+
+    __slots__ = ("entry", "facts", "cut")
+
+    def __init__(self, entry, facts, cut=None):
+        self.entry, self.facts, self.cut = entry, facts, cut
+
+
+def _units(entries, facts, pieces) -> list:
+    """The segments of a group as units of work: whole, or a large one (more than a
+    piece and a half of the group's messages, and MIN_SPLIT_BYTES a part) cut inside."""
+    from ..capture import read_segment
+    from ..split import cut_segment, piece_facts
+
+    share = sum(f.count for f in facts) / pieces
+    units: list = []
+    for e, f in zip(entries, facts):
+        k = int(round(f.count / share)) if share else 1
+        if e.bytes is not None:
+            k = min(k, int(e.bytes // MIN_SPLIT_BYTES))
+        if k < 2 or f.count < 1.5 * share:
+            units.append(_Unit(e, f))
+            continue
+        t = read_segment(e, columns=("lsn", "data", "ordinal"))
+        data = t.column("data").combine_chunks()
+        lsn = t.column("lsn").to_numpy()
+        ords = t.column("ordinal").to_numpy()
+        cuts = cut_segment(data, lsn, ords, k)
+        bounds = [0] + [c for c, _ in cuts] + [len(ords)]
+        for (a, b), pc in zip(zip(bounds, bounds[1:]), [None] + [pc for _, pc in cuts]):
+            units.append(_Unit(e, piece_facts(data.slice(a, b - a), lsn[a:b], ords[a:b]), pc))
+    return units
+
+
 def _spans(counts, n) -> list:
-    """``n`` runs of consecutive segments with about equal message counts:
-    ``[(first segment, end)]``."""
+    """``n`` runs of consecutive segments (or parts of them) with about equal message
+    counts, each boundary the one nearest its target: ``[(first segment, end)]``."""
     ends = np.cumsum(counts)
-    cuts = sorted({int(np.searchsorted(ends, ends[-1] * k / n, side="left")) + 1
-                   for k in range(1, n)})
-    cuts = [c for c in cuts if 0 < c < len(counts)]
+    near = set()
+    for k in range(1, n):
+        t = ends[-1] * k / n
+        i = min(int(np.searchsorted(ends, t, side="left")), len(ends) - 1)
+        # the run boundary nearest the target: after segment i - 1 or after segment i
+        near.add(i if i > 0 and t - ends[i - 1] <= ends[i] - t else i + 1)
+    cuts = sorted(c for c in near if 0 < c < len(counts))
     bounds = [0] + cuts + [len(counts)]
     return list(zip(bounds, bounds[1:]))
 
@@ -179,11 +240,16 @@ def segment_groups(directory, *, include_open: bool = False, split: bool = True,
     group of several segments is cut into pieces of whole segments (``pgoutput_fast.split``:
     each piece gets the outcome of the transactions it holds part of): one per segment,
     or ``max_pieces`` of about equal message counts; otherwise, and for an open group,
-    the group is one piece. Each piece: ``{"entries", "first",
-    "count", "plan"}`` (``plan``: ``split.PiecePlan.to_dict()``, or None)."""
+    the group is one piece. With ``max_pieces``, a segment of more than a piece and a
+    half of its group's messages (and at least 2 × MIN_SPLIT_BYTES) is cut inside too:
+    where nothing is open, else inside the plain transaction there (a bulk load: each
+    part is fed copies of its Begin and Commit, ``split.cut_segment``). Each piece:
+    ``{"entries", "first", "count", "plan"}`` (its messages: those of ``entries`` with
+    ordinals in [first, first + count); ``plan``: ``split.PiecePlan.to_dict()``, or
+    None)."""
     from ..capture import segment_entries
     from ..protocol import Grammar
-    from ..split import merge_facts, plan_pieces
+    from ..split import add_plain_cuts, merge_facts, plan_pieces
 
     groups: list[dict] = []
     grammar = Grammar()
@@ -210,12 +276,18 @@ def segment_groups(directory, *, include_open: bool = False, split: bool = True,
         groups.append(cur)
     for g in groups:
         facts = g.pop("facts")
-        n = len(facts) if max_pieces is None else min(len(facts), max(1, int(max_pieces)))
+        if split and g["closed"] and max_pieces is not None and int(max_pieces) > 1:
+            units = _units(g["entries"], facts, int(max_pieces))
+        else:
+            units = [_Unit(e, f) for e, f in zip(g["entries"], facts)]
+        n = len(units) if max_pieces is None else min(len(units), max(1, int(max_pieces)))
         if split and g["closed"] and n > 1:
-            spans = _spans([f.count for f in facts], n)
-            entries = [g["entries"][a:b] for a, b in spans]
-            merged = [merge_facts(facts[a:b]) for a, b in spans]
-            plans = plan_pieces(merged, _stream_detail_fn(entries))
+            spans = _spans([u.facts.count for u in units], n)
+            entries = [list(dict.fromkeys(u.entry for u in units[a:b])) for a, b in spans]
+            merged = [merge_facts([u.facts for u in units[a:b]]) for a, b in spans]
+            plans = plan_pieces(merged, _stream_detail_fn(
+                [(e, f.first, f.count) for e, f in zip(entries, merged)]))
+            add_plain_cuts(plans, [units[a].cut for a, _ in spans])
             g["pieces"] = [{"entries": e, "first": f.first, "count": f.count,
                             "plan": None if p.empty and not p.seq_offsets else p.to_dict()}
                            for e, f, p in zip(entries, merged, plans)]
@@ -249,13 +321,12 @@ def _message_schema(metadata: dict):
 
 def _read_pieces_fn(pieces, batch_rows=10_000):
     def read(batches):
-        from ..capture import read_segment
-
         for b in batches:
             for pid in b.column(0).to_pylist():
-                for entry in pieces[pid]["entries"]:
+                piece = pieces[pid]
+                for entry in piece["entries"]:
                     seg = entry.seq
-                    t = read_segment(entry, columns=("lsn", "data", "ordinal"))
+                    t = _piece_rows(entry, piece["first"], piece["count"], ("lsn", "data", "ordinal"))
                     t = t.append_column("segment", pa.array(np.full(t.num_rows, seg, np.int32)))
                     yield from t.to_batches(max_chunksize=batch_rows)
     return read

@@ -225,3 +225,99 @@ def test_merged_facts_are_the_facts_of_the_run(name):
         a, b = bounds[i], bounds[i + 3]
         whole = piece_facts(arr.slice(a, b - a), lsn.slice(a, b - a).to_numpy(), range(a, b))
         assert merge_facts(parts[i:i + 3]) == whole
+
+
+# -- a segment cut inside its plain transactions (the Spark reader's pieces) ------------
+
+def decode_segment_cut(msgs, lsns, parts, **options):
+    """``msgs`` taken as one segment, cut by ``cut_segment`` into about ``parts`` pieces
+    (inside plain transactions where none ends near a target), planned as the Spark
+    reader plans them (``plan_pieces`` + ``add_plain_cuts``), each piece decoded by its
+    own Decoder through its PiecePlan (the plans travel as JSON); returns (the result as
+    ``decode_in_pieces`` gives it, the cuts)."""
+    from pgoutput_fast import _impl
+    from pgoutput_fast.split import PiecePlan, add_plain_cuts, cut_segment
+
+    arr = pa.array([bytes(m) for m in msgs], pa.binary())
+    lsn = pa.array(lsns, pa.int64())
+    cuts = cut_segment(arr, lsn.to_numpy(), range(len(msgs)), parts)
+    bounds = [0] + [c for c, _ in cuts] + [len(msgs)]
+    pieces = list(zip(bounds, bounds[1:]))
+    facts = [piece_facts(arr.slice(a, b - a), lsn.slice(a, b - a).to_numpy(), range(a, b))
+             for a, b in pieces]
+    plans = plan_pieces(facts, lambda k, xid: stream_detail(
+        arr.slice(pieces[k][0], pieces[k][1] - pieces[k][0]), range(*pieces[k]), xid))
+    add_plain_cuts(plans, [None] + [pc for _, pc in cuts])
+    plans = [PiecePlan.from_dict(p.to_dict()) for p in plans]
+    catalogs, _order, _ = _catalogs_at(arr, lsn.to_numpy(), bounds[1:-1],
+                                       pgoutput_fast.RelationCatalog(), _impl.decode_message)
+    events, tables = [], {}
+    for (a, b), plan, cat in zip(pieces, plans, catalogs):
+        dec = pgoutput_fast.Decoder(cat.copy(), **options)
+        # fed in two batches, as a task's reads may cut it
+        mid = (a + b) // 2
+        parts_ = (plan.rewrite(arr.slice(a, mid - a), lsn.slice(a, mid - a), range(a, mid))
+                  + plan.rewrite(arr.slice(mid, b - mid), lsn.slice(mid, b - mid), range(mid, b))
+                  + plan.finish())
+        for data, l in parts_:
+            cs = dec.feed(data, l)
+            if cs.events is not None and cs.events.num_rows:
+                events.append(plan.shift_seq(cs.events, "commit_lsn", "seq"))
+            for v, t in cs.table_versions:
+                if t.num_rows:
+                    tables.setdefault((v.relid, v.version), []).append(
+                        plan.shift_seq(t, "_commit_lsn", "_seq"))
+        assert dec.pending().get("open_transaction") is None
+    ev = _sorted(_concat_tables(events), "commit_lsn", "seq") if events else None
+    return (ev, {k: _sorted(_concat_tables(v), "_commit_lsn", "_seq") for k, v in tables.items()}), cuts
+
+
+@pytest.mark.parametrize("parts", [2, 3, 5, 16, 60])
+def test_segment_cut_inside_plain_transactions(parts):
+    """Large plain transactions (an Origin in some, a Relation redefined inside one, a
+    Truncate inside another) in one segment, cut into pieces inside them: the rows of one
+    Decoder, seq included; with enough pieces, several cuts fall inside one transaction."""
+    from tests.decoder.test_parallel import _large_transactions
+
+    msgs, lsns, begins = _large_transactions()
+    want = one_decoder(msgs, lsns)
+    for options in ({}, {"events": False}, {"tables": False}):
+        got, cuts = decode_segment_cut(msgs, lsns, parts, **options)
+        assert_same(got, one_decoder(msgs, lsns, **options) if options else want, (parts, options))
+    inside = [pc for _, pc in cuts if pc is not None]
+    assert len(cuts) == parts - 1       # (a point where nothing is open or a transaction is near)
+    if parts >= 16:
+        # pieces shorter than the transactions: cuts inside, several inside one, and
+        # inside transactions with an Origin
+        assert inside, "the targets fall inside large transactions: cuts must go inside"
+        assert len({pc.commit_lsn for pc in inside}) < len(inside)
+        assert any(pc.origin is not None for pc in inside)
+    # every cut inside is before a change (never before the Begin or Commit it copies)
+    for pc in inside:
+        assert msgs[pc.ordinal].as_py()[:1] not in (b"B", b"C")
+
+
+@pytest.mark.parametrize("flags", [0, 1])
+def test_segment_not_cut_inside_a_transaction_with_a_logical_message(flags):
+    from tests.decoder.test_parallel import _large_transactions
+
+    msgs, lsns, begins = _large_transactions(inside=flags)
+    got, cuts = decode_segment_cut(msgs, lsns, 40)
+    assert_same(got, one_decoder(msgs, lsns), flags)
+    b6 = begins[5]
+    end = next(i for i in range(b6, len(msgs)) if msgs[i].as_py()[:1] == b"C")
+    assert not any(b6 < c <= end for c, _ in cuts)
+    assert any(pc is not None for _, pc in cuts)
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+@pytest.mark.parametrize("parts", [2, 7, 40])
+def test_fixture_segment_cuts(name, parts):
+    """Real captures (streamed and prepared transactions among plain ones) cut as one
+    segment: the rows of one Decoder."""
+    lsns, msgs = load_fixture(name)
+    boundaries = set(_boundaries(msgs))
+    got, cuts = decode_segment_cut(msgs, lsns, parts)
+    assert_same(got, one_decoder(msgs, lsns), (name, parts))
+    for c, pc in cuts:
+        assert pc is not None or c in boundaries

@@ -663,3 +663,87 @@ def test_split_groups_decode_as_one_decoder(world, spark, binary):
     want_keys = sorted(zip(*[ev.column(c).to_pylist() for c in cols[:5]]))
     assert [r[:5] for r in got] == want_keys
     assert got == whole
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("binary", MODES)
+def test_a_bulk_load_in_one_segment_is_cut_into_tasks(pg_server, spark, tmp_path, monkeypatch, binary):
+    """One plain transaction of 11,800 changes (protocol 1: not streamed) between small
+    ones, captured into one segment: read with 3 pieces, the segment is cut inside the
+    transaction (each part fed copies of its Begin and Commit). The change events equal
+    one Decoder's over the segment, seq included, and the unsplit read's; the typed
+    rows, replayed by key, leave the ids ``SELECT`` gives."""
+    import pgoutput_fast
+    from pgoutput_fast import spark as pgs
+    from pgoutput_fast.split import PiecePlan
+
+    dmod = importlib.import_module("pgoutput_fast.spark.decode")
+    monkeypatch.setattr(dmod, "MIN_SPLIT_BYTES", 1)       # (the test's segment is small)
+    schema = f"pgo_bulk_{'b' if binary else 't'}"
+    conn = pg_server.connect()
+    workload._exec(conn, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    workload._exec(conn, f"CREATE SCHEMA {schema}")
+    workload._exec(conn, f"CREATE TABLE {schema}.t (id int8 PRIMARY KEY, v text, n numeric(12,2), "
+                         "ts timestamptz, f float8)")
+    pub, slot = f"{schema}_pub", f"{schema}_slot"
+    workload._exec(conn, f"CREATE PUBLICATION {pub} FOR TABLE {schema}.t")
+    workload.create_slot(conn, slot)
+    try:
+        for i in range(5):
+            workload._exec(conn, f"INSERT INTO {schema}.t VALUES ({i}, 'small', {i}.5, now(), {i})")
+        with conn.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"INSERT INTO {schema}.t SELECT g, md5(g::text), g / 7.0, "
+                        f"'2026-01-01'::timestamptz + g * interval '1 min', g / 3.0 "
+                        "FROM generate_series(100, 9099) g")
+            cur.execute(f"UPDATE {schema}.t SET v = 'changed' WHERE id % 5 = 0 AND id >= 100")
+            cur.execute(f"DELETE FROM {schema}.t WHERE id % 9 = 0 AND id >= 100")
+            cur.execute("COMMIT")
+        for i in range(5, 10):
+            workload._exec(conn, f"INSERT INTO {schema}.t VALUES ({i}, 'small', {i}.5, now(), {i})")
+        workload._exec(conn, f"DELETE FROM {schema}.t WHERE id = 3")
+        end = sqlcapture.wait_for_wal_flush(conn)
+        d = str(tmp_path / "seg")
+        capture.run_capture(CaptureConfig(pg_server.dsn(), slot, pub, d, proto_version="1", binary=binary,
+                                          until_lsn=end, progress="off", max_reconnects=0))
+        want_ids = sorted(r[0] for r in workload._exec(conn, f"SELECT id FROM {schema}.t"))
+    finally:
+        workload.drop_slot(conn, slot)
+        conn.close()
+
+    groups = pgs.segment_groups(d, max_pieces=3)
+    assert sum(len(g["paths"]) for g in groups) == 1, "the capture should be one segment"
+    pieces = [p for g in groups for p in g["pieces"]]
+    assert len(pieces) == 3
+    plans = [PiecePlan.from_dict(p["plan"]) for p in pieces if p["plan"]]
+    assert any(p.before for p in plans) and any(p.append for p in plans), \
+        "the pieces should be cut inside the bulk transaction"
+    cols = ["commit_lsn", "seq", "op", "lsn", "xid", "schema", "table"]
+
+    def rows(df):
+        t = pgs.decode(df, pgs.build_catalog(df)).toArrow()
+        return sorted(zip(*[t.column(c).to_pylist() for c in cols],
+                          [str(x) for x in t.column("after").to_pylist()],
+                          [str(x) for x in t.column("before").to_pylist()]))
+
+    df = pgs.read_segments(spark, d, groups=groups)
+    assert df.rdd.getNumPartitions() == 3
+    got = rows(df)
+    assert got == rows(pgs.read_segments(spark, d, split=False))
+    seg = capture.read_segments(d)
+    ev = pgoutput_fast.Decoder(binary_unknown=binary, tables=False).feed(
+        seg.column("data"), seg.column("lsn")).events
+    assert [r[:5] for r in got] == sorted(zip(*[ev.column(c).to_pylist() for c in cols[:5]]))
+    assert len(got) == ev.num_rows > 11_000
+    # the typed rows of the three pieces, replayed by key in commit order: SELECT's ids
+    catalog = pgs.build_catalog(df)
+    typed = pgs.decode(df, catalog, table=f"{schema}.t").toArrow().sort_by(
+        [("_commit_lsn", "ascending"), ("_seq", "ascending")])
+    assert typed.column("_seq").to_pylist().count(0) == 12       # one seq 0 per transaction
+    live: set = set()
+    for op, key in zip(typed.column("_op").to_pylist(), typed.column("id").to_pylist()):
+        if op == "d":
+            live.discard(key)
+        elif op in ("c", "u"):
+            live.add(key)
+    assert sorted(live) == want_ids
