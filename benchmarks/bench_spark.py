@@ -70,7 +70,7 @@ def _build(directory, streamed=False, bulk=False):
     txn = 0
     sx = 999 if streamed else None
     if bulk:
-        msgs.append(encode_message(Begin(lsn + (ROWS + 2) * 64, 0, 1000)))
+        msgs.append(b"")                                         # (the Begin, once its final LSN is known)
         lsns.append(lsn)
     while i < ROWS:
         lsn += 64
@@ -105,6 +105,7 @@ def _build(directory, streamed=False, bulk=False):
         lsn += 64
         msgs.append(encode_message(Commit(0, lsn, lsn + 64, 0)))
         lsns.append(lsn)
+        msgs[1] = encode_message(Begin(lsn, 0, 1000))          # (its final LSN: the Commit's)
     if streamed:
         lsn += 64
         msgs.append(encode_message(StreamCommit(sx, 0, lsn, lsn + 64, 0)))
