@@ -169,8 +169,8 @@ def _piece_rows(entry, first, count, columns):
 
 #: a segment is cut inside (``split.cut_segment``: where nothing is open, else inside a
 #: plain transaction) into parts of at least this many bytes of its file, where it holds
-#: more than a piece and a half of its group's messages: one bulk load or batch job
-#: written in one transaction is one segment, which would be one task
+#: more than one and a half times a task slot's share of the whole read: one bulk load
+#: or batch job written in one transaction is one segment, which would be one task
 MIN_SPLIT_BYTES = 4 << 20
 
 
@@ -184,18 +184,18 @@ class _Unit:
         self.entry, self.facts, self.cut = entry, facts, cut
 
 
-def _units(entries, facts, pieces) -> list:
-    """The segments of a group as units of work: whole, or a large one (more than a
-    piece and a half of the group's messages, and MIN_SPLIT_BYTES a part) cut inside."""
+def _units(entries, facts, share) -> list:
+    """The segments of a group as units of work: whole, or one of more than a share and a
+    half of messages (``share``: the messages of the whole read over its task slots) cut
+    inside into parts of about a share, each of at least MIN_SPLIT_BYTES of its file."""
     from ..capture import read_segment
     from ..split import cut_segment, piece_facts
 
-    share = sum(f.count for f in facts) / pieces
     units: list = []
     for e, f in zip(entries, facts):
         k = int(round(f.count / share)) if share else 1
-        if e.bytes is not None:
-            k = min(k, int(e.bytes // MIN_SPLIT_BYTES))
+        # (a legacy manifest gives no size: its segments are not cut)
+        k = min(k, int(e.bytes // MIN_SPLIT_BYTES)) if e.bytes is not None else 1
         if k < 2 or f.count < 1.5 * share:
             units.append(_Unit(e, f))
             continue
@@ -240,8 +240,9 @@ def segment_groups(directory, *, include_open: bool = False, split: bool = True,
     group of several segments is cut into pieces of whole segments (``pgoutput_fast.split``:
     each piece gets the outcome of the transactions it holds part of): one per segment,
     or ``max_pieces`` of about equal message counts; otherwise, and for an open group,
-    the group is one piece. With ``max_pieces``, a segment of more than a piece and a
-    half of its group's messages (and at least 2 × MIN_SPLIT_BYTES) is cut inside too:
+    the group is one piece. With ``max_pieces``, a segment of more than one and a half
+    times the messages of all the groups over ``max_pieces`` (and at least 2 ×
+    MIN_SPLIT_BYTES of file) is cut inside too:
     where nothing is open, else inside the plain transaction there (a bulk load: each
     part is fed copies of its Begin and Commit, ``split.cut_segment``). Each piece:
     ``{"entries", "first", "count", "plan"}`` (its messages: those of ``entries`` with
@@ -274,10 +275,16 @@ def segment_groups(directory, *, include_open: bool = False, split: bool = True,
             cur = None
     if cur is not None and include_open:
         groups.append(cur)
+    # a segment is cut inside only where it is large against the whole read (the groups
+    # are tasks of their own already): more than a piece and a half of all the messages
+    # over the task slots
+    cut_share = None
+    if split and max_pieces is not None and int(max_pieces) > 1:
+        cut_share = sum(f.count for g in groups if g["closed"] for f in g["facts"]) / int(max_pieces)
     for g in groups:
         facts = g.pop("facts")
-        if split and g["closed"] and max_pieces is not None and int(max_pieces) > 1:
-            units = _units(g["entries"], facts, int(max_pieces))
+        if cut_share and g["closed"]:
+            units = _units(g["entries"], facts, cut_share)
         else:
             units = [_Unit(e, f) for e, f in zip(g["entries"], facts)]
         n = len(units) if max_pieces is None else min(len(units), max(1, int(max_pieces)))

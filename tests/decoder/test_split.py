@@ -5,6 +5,7 @@ aside)."""
 
 from __future__ import annotations
 
+import importlib
 import random
 
 import pyarrow as pa
@@ -321,3 +322,64 @@ def test_fixture_segment_cuts(name, parts):
     assert_same(got, one_decoder(msgs, lsns), (name, parts))
     for c, pc in cuts:
         assert pc is not None or c in boundaries
+
+
+@pytest.mark.parametrize("max_pieces", [3, 5, 12])
+def test_segment_groups_cut_a_large_segment_and_tasks_decode_it(tmp_path, monkeypatch, max_pieces):
+    """The Spark reader's driver and task code without Spark: a capture directory of
+    three segments, the middle one holding most of the large plain transactions;
+    ``segment_groups`` with ``max_pieces`` cuts that segment inside them, and the task
+    functions of ``read_segments`` and ``decode`` (called as mapInArrow calls them, one
+    piece per call) give one Decoder's change events, seq included. A legacy manifest
+    (no segment sizes) is not cut."""
+    from pgoutput_fast.capture import SEGMENT_SCHEMA, write_capture
+    D = importlib.import_module("pgoutput_fast.spark.decode")
+    from tests.decoder.test_parallel import _large_transactions
+
+    monkeypatch.setattr(D, "MIN_SPLIT_BYTES", 1)
+    msgs, lsns, begins = _large_transactions()
+    msgs = [m.as_py() for m in msgs]
+    n = len(msgs)
+    bounds = [0, begins[1], begins[-1], n]            # (each at a Begin: nothing open there)
+    d = tmp_path / "cap"
+    write_capture(d, (pa.table([pa.array(lsns[a:b], pa.int64()), pa.array(msgs[a:b], pa.binary()),
+                                pa.array(range(a, b), pa.int64())], schema=SEGMENT_SCHEMA)
+                      for a, b in zip(bounds, bounds[1:])), {"binary": False})
+    groups = D.segment_groups(str(d), max_pieces=max_pieces)
+    pieces = D._pieces(groups)
+    counts = [b - a for a, b in zip(bounds, bounds[1:])]
+    share = n / max_pieces
+    # whole segments stay whole; the one of more than a share and a half is cut in
+    # about count / share parts
+    want_pieces = sum(int(round(c / share)) if c >= 1.5 * share else 1 for c in counts)
+    assert len(pieces) == want_pieces > 3
+    plans = {str(p["first"]): p["plan"] for p in pieces if p["plan"]}
+    if max_pieces >= 12:        # (pieces shorter than the transactions)
+        assert any(pl.get("before") for pl in plans.values()), "cuts inside transactions expected"
+    assert [p["first"] for p in pieces] == sorted(p["first"] for p in pieces)
+    assert sum(p["count"] for p in pieces) == n
+    catalog = D.SegmentCatalog.from_control([(i, lsns[i], m) for i, m in enumerate(msgs)
+                                             if m[:1] in (b"R", b"Y", b"S", b"E")])
+    run = D._decode_fn(catalog, [p["first"] for p in pieces], None, None, False, plans)
+    read = D._read_pieces_fn(pieces, batch_rows=700)
+    events = []
+    for pid in range(len(pieces)):          # (one task per piece, any order)
+        batches = read([pa.record_batch([pa.array([pid], pa.int64())], names=["id"])])
+        events.extend(run(b.select(["lsn", "data", "ordinal"]) for b in batches))
+    got = _sorted(pa.Table.from_batches(events), "commit_lsn", "seq")
+    want, _ = one_decoder(msgs, lsns, tables=False)
+    assert_values_equal(got.select(want.column_names), want, max_pieces)
+    # a manifest without sizes (legacy): nothing is cut inside a segment
+    import pgoutput_fast.capture as C
+
+    real = C.segment_entries
+
+    def sizeless(*a, **k):
+        for e in real(*a, **k):
+            e.bytes = None
+            yield e
+
+    monkeypatch.setattr(C, "segment_entries", sizeless)
+    pieces = D._pieces(D.segment_groups(str(d), max_pieces=max_pieces))
+    assert [p["first"] for p in pieces] == bounds[:3]
+    assert not any(p["plan"] for p in pieces)
