@@ -16,8 +16,9 @@
 #
 # Target "parallel" is not libFuzzer's: it runs decode_parallel's two generated-stream
 # property tests (tests/decoder/test_parallel.py: valid and damaged streams, cut into up
-# to 60 pieces, against one Decoder) with SECONDS x 50 examples each, on the normal
-# build; hypothesis prints a failing example and the seed to reproduce it.
+# to 60 pieces, against one Decoder) and the Spark reader's cut of one segment
+# (tests/decoder/test_split.py) with SECONDS x 50 examples each, on the normal build;
+# hypothesis prints a failing example and the seed to reproduce it.
 set -euo pipefail
 source "$(dirname "$0")/../scripts/_setup.sh"
 cd "$ROOT"
@@ -69,7 +70,8 @@ for t in "${targets[@]}"; do
         log "fuzzing parallel: decode_parallel against one Decoder, $examples examples per test"
         if ! env -u LD_PRELOAD -u PYTHONPATH PGOUTPUT_FAST_PARALLEL_FUZZ="$examples" \
                 "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/decoder/test_parallel.py \
-                -k "test_generated_streams_same_as_one_decoder or test_damaged_streams_same_error_as_one_decoder" \
+                tests/decoder/test_split.py \
+                -k "test_generated_streams_same_as_one_decoder or test_damaged_streams_same_error_as_one_decoder or test_generated_streams_cut_as_one_segment" \
                 >"$ARTIFACTS/$t.log" 2>&1; then
             status=1
             tail -80 "$ARTIFACTS/$t.log" >&2

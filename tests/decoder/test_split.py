@@ -6,11 +6,12 @@ aside)."""
 from __future__ import annotations
 
 import importlib
+import os
 import random
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 import pgoutput_fast
 from pgoutput_fast import protocol as P
@@ -383,3 +384,36 @@ def test_segment_groups_cut_a_large_segment_and_tasks_decode_it(tmp_path, monkey
     pieces = D._pieces(D.segment_groups(str(d), max_pieces=max_pieces))
     assert [p["first"] for p in pieces] == bounds[:3]
     assert not any(p["plan"] for p in pieces)
+
+
+def _parity_streams():
+    from tests.decoder.test_decoder_parity import streams as parity_streams
+
+    return parity_streams(max_steps=20)
+
+
+@settings(max_examples=int(os.environ.get("PGOUTPUT_FAST_PARALLEL_FUZZ") or 300), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(stream=_parity_streams(), data=st.data())
+def test_generated_streams_cut_as_one_segment(stream, data):
+    """The parity tests' generated streams (plain, streamed and prepared transactions,
+    logical messages, origins, truncates, relations redefined; text and binary) taken
+    as one segment and cut into 2 to 40 pieces: the rows of one Decoder, seq included."""
+    from pgoutput_fast.parallel import _Tracker
+
+    msgs, lsns = stream
+    g = _Tracker()                  # (protocol.Grammar, with the decoder's Rollback Prepared)
+    end = 0
+    for i, m in enumerate(msgs):
+        g.step(bytes(m))
+        if g.at_rest:
+            end = i + 1
+    # (a segment group ends where nothing is open: the stream up to its last such point)
+    msgs, lsns = msgs[:end], lsns[:end]
+    if end < 2:
+        return
+    parts = data.draw(st.integers(2, 40))
+    for options in ({}, {"events": False}):
+        got, cuts = decode_segment_cut(msgs, lsns, parts, **options)
+        assert_same(got, one_decoder(msgs, lsns, **options), (parts, options))
+    event(f"cuts: {'none' if not cuts else 'inside' if any(pc for _, pc in cuts) else 'at rest'}")
