@@ -132,33 +132,32 @@ def world():
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def stream_world(world):
-    """The same changes as one streamed transaction spanning every segment."""
+def _one_transaction_world(world, **build):
+    """The same changes built again (``_build(**build)``), read in pieces and as one task."""
     from pgoutput_fast import spark as pgs
 
-    d = tempfile.mkdtemp(prefix="pgoutput_fast_bench_spark_stream_")
-    n_msgs, n_rows = _build(d, streamed=True)
+    d = tempfile.mkdtemp(prefix="pgoutput_fast_bench_spark_one_txn_")
+    n_msgs, n_rows = _build(d, **build)
     spark = world["spark"]
     split = pgs.read_segments(spark, d)
     whole = pgs.read_segments(spark, d, split=False)
-    yield {"split": split, "whole": whole, "catalog": pgs.build_catalog(split),
-           "messages": n_msgs, "rows": n_rows}
+    return d, {"split": split, "whole": whole, "catalog": pgs.build_catalog(split),
+               "messages": n_msgs, "rows": n_rows, "pieces": split.rdd.getNumPartitions()}
+
+
+@pytest.fixture(scope="module")
+def stream_world(world):
+    """The same changes as one streamed transaction spanning every segment."""
+    d, w = _one_transaction_world(world, streamed=True)
+    yield w
     shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def bulk_world(world):
     """The same changes as one plain transaction in one segment."""
-    from pgoutput_fast import spark as pgs
-
-    d = tempfile.mkdtemp(prefix="pgoutput_fast_bench_spark_bulk_")
-    n_msgs, n_rows = _build(d, bulk=True)
-    spark = world["spark"]
-    split = pgs.read_segments(spark, d)
-    whole = pgs.read_segments(spark, d, split=False)
-    yield {"split": split, "whole": whole, "catalog": pgs.build_catalog(split),
-           "messages": n_msgs, "rows": n_rows, "pieces": split.rdd.getNumPartitions()}
+    d, w = _one_transaction_world(world, bulk=True)
+    yield w
     shutil.rmtree(d, ignore_errors=True)
 
 

@@ -42,10 +42,14 @@ def _sorted(t, commit, seq):
     return t.sort_by([(commit, "ascending"), (seq, "ascending")])
 
 
-def decode_in_pieces(msgs, lsns, cuts, **options):
-    """Decode ``msgs`` cut at ``cuts`` (which must end where nothing is open) piece by
-    piece; returns (events, {(relid, version): typed table}) sorted by (commit_lsn, seq)."""
+def decode_in_pieces(msgs, lsns, cuts, plain=None, halves=False, **options):
+    """Decode ``msgs`` cut at ``cuts`` (which must end where nothing is open, or, with
+    ``plain``, the PlainCut each piece starts at) piece by piece, each through its
+    PiecePlan (round-tripped through JSON when ``plain`` is given); ``halves``: each
+    piece read in two batches, as a task's reads may cut it. Returns (events,
+    {(relid, version): typed table}) sorted by (commit_lsn, seq)."""
     from pgoutput_fast import _impl
+    from pgoutput_fast.split import PiecePlan, add_plain_cuts
 
     arr = pa.array([bytes(m) for m in msgs], pa.binary())
     lsn = pa.array(lsns, pa.int64())
@@ -59,12 +63,17 @@ def decode_in_pieces(msgs, lsns, cuts, **options):
         return stream_detail(arr.slice(a, b - a), range(a, b), xid)
 
     plans = plan_pieces(facts, detail)
+    if plain is not None:
+        add_plain_cuts(plans, plain)
+        plans = [PiecePlan.from_dict(p.to_dict()) for p in plans]
     catalogs, _order, _ = _catalogs_at(arr, lsn.to_numpy(), list(cuts),
                                        pgoutput_fast.RelationCatalog(), _impl.decode_message)
     events, tables = [], {}
     for (a, b), plan, cat in zip(pieces, plans, catalogs):
         dec = pgoutput_fast.Decoder(cat.copy(), **options)
-        parts = plan.rewrite(arr.slice(a, b - a), lsn.slice(a, b - a), range(a, b)) + plan.finish()
+        reads = [(a, (a + b) // 2), ((a + b) // 2, b)] if halves else [(a, b)]
+        parts = [p for x, y in reads for p in plan.rewrite(arr.slice(x, y - x), lsn.slice(x, y - x),
+                                                           range(x, y))] + plan.finish()
         for data, l in parts:
             cs = dec.feed(data, l)
             if cs.events is not None and cs.events.num_rows:
@@ -235,43 +244,14 @@ def decode_segment_cut(msgs, lsns, parts, **options):
     """``msgs`` taken as one segment, cut by ``cut_segment`` into about ``parts`` pieces
     (inside plain transactions where none ends near a target), planned as the Spark
     reader plans them (``plan_pieces`` + ``add_plain_cuts``), each piece decoded by its
-    own Decoder through its PiecePlan (the plans travel as JSON); returns (the result as
-    ``decode_in_pieces`` gives it, the cuts)."""
-    from pgoutput_fast import _impl
-    from pgoutput_fast.split import PiecePlan, add_plain_cuts, cut_segment
+    own Decoder through its PiecePlan (the plans travel as JSON), read in two batches;
+    returns (the result as ``decode_in_pieces`` gives it, the cuts)."""
+    from pgoutput_fast.split import cut_segment
 
-    arr = pa.array([bytes(m) for m in msgs], pa.binary())
-    lsn = pa.array(lsns, pa.int64())
-    cuts = cut_segment(arr, lsn.to_numpy(), range(len(msgs)), parts)
-    bounds = [0] + [c for c, _ in cuts] + [len(msgs)]
-    pieces = list(zip(bounds, bounds[1:]))
-    facts = [piece_facts(arr.slice(a, b - a), lsn.slice(a, b - a).to_numpy(), range(a, b))
-             for a, b in pieces]
-    plans = plan_pieces(facts, lambda k, xid: stream_detail(
-        arr.slice(pieces[k][0], pieces[k][1] - pieces[k][0]), range(*pieces[k]), xid))
-    add_plain_cuts(plans, [None] + [pc for _, pc in cuts])
-    plans = [PiecePlan.from_dict(p.to_dict()) for p in plans]
-    catalogs, _order, _ = _catalogs_at(arr, lsn.to_numpy(), bounds[1:-1],
-                                       pgoutput_fast.RelationCatalog(), _impl.decode_message)
-    events, tables = [], {}
-    for (a, b), plan, cat in zip(pieces, plans, catalogs):
-        dec = pgoutput_fast.Decoder(cat.copy(), **options)
-        # fed in two batches, as a task's reads may cut it
-        mid = (a + b) // 2
-        parts_ = (plan.rewrite(arr.slice(a, mid - a), lsn.slice(a, mid - a), range(a, mid))
-                  + plan.rewrite(arr.slice(mid, b - mid), lsn.slice(mid, b - mid), range(mid, b))
-                  + plan.finish())
-        for data, l in parts_:
-            cs = dec.feed(data, l)
-            if cs.events is not None and cs.events.num_rows:
-                events.append(plan.shift_seq(cs.events, "commit_lsn", "seq"))
-            for v, t in cs.table_versions:
-                if t.num_rows:
-                    tables.setdefault((v.relid, v.version), []).append(
-                        plan.shift_seq(t, "_commit_lsn", "_seq"))
-        assert dec.pending().get("open_transaction") is None
-    ev = _sorted(_concat_tables(events), "commit_lsn", "seq") if events else None
-    return (ev, {k: _sorted(_concat_tables(v), "_commit_lsn", "_seq") for k, v in tables.items()}), cuts
+    cuts = cut_segment(pa.array([bytes(m) for m in msgs], pa.binary()), lsns, range(len(msgs)), parts)
+    got = decode_in_pieces(msgs, lsns, [c for c, _ in cuts], plain=[None] + [pc for _, pc in cuts],
+                           halves=True, **options)
+    return got, cuts
 
 
 @pytest.mark.parametrize("parts", [2, 3, 5, 16, 60])

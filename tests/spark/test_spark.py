@@ -633,6 +633,20 @@ def test_spark_connect_decode_equals_postgres(world, tmp_path):
     assert not bad, bad
 
 
+_EVENT_KEYS = ["commit_lsn", "seq", "op", "lsn", "xid", "schema", "table"]
+
+
+def _event_rows(df):
+    """The change events of a messages DataFrame (``read_segments``), decoded on Spark:
+    sorted tuples of their keys and images."""
+    from pgoutput_fast import spark as pgs
+
+    t = pgs.decode(df, pgs.build_catalog(df)).toArrow()
+    return sorted(zip(*[t.column(c).to_pylist() for c in _EVENT_KEYS],
+                      [str(x) for x in t.column("after").to_pylist()],
+                      [str(x) for x in t.column("before").to_pylist()]))
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("binary", MODES)
 def test_split_groups_decode_as_one_decoder(world, spark, binary):
@@ -647,13 +661,8 @@ def test_split_groups_decode_as_one_decoder(world, spark, binary):
     pieces = [p for g in groups for p in g["pieces"]]
     assert len(pieces) > len(groups) and any(p["plan"] for p in pieces), \
         "the workload should have transactions open across segments"
-    cols = ["commit_lsn", "seq", "op", "lsn", "xid", "schema", "table"]
-
-    def rows(df):
-        t = pgs.decode(df, pgs.build_catalog(df)).toArrow()
-        return sorted(zip(*[t.column(c).to_pylist() for c in cols],
-                          [str(x) for x in t.column("after").to_pylist()],
-                          [str(x) for x in t.column("before").to_pylist()]))
+    cols = _EVENT_KEYS
+    rows = _event_rows
 
     got = rows(pgs.read_segments(spark, d, max_pieces=None))       # one task per segment
     whole = rows(pgs.read_segments(spark, d, split=False))
@@ -718,13 +727,8 @@ def test_a_bulk_load_in_one_segment_is_cut_into_tasks(pg_server, spark, tmp_path
     plans = [PiecePlan.from_dict(p["plan"]) for p in pieces if p["plan"]]
     assert any(p.before for p in plans) and any(p.append for p in plans), \
         "the pieces should be cut inside the bulk transaction"
-    cols = ["commit_lsn", "seq", "op", "lsn", "xid", "schema", "table"]
-
-    def rows(df):
-        t = pgs.decode(df, pgs.build_catalog(df)).toArrow()
-        return sorted(zip(*[t.column(c).to_pylist() for c in cols],
-                          [str(x) for x in t.column("after").to_pylist()],
-                          [str(x) for x in t.column("before").to_pylist()]))
+    cols = _EVENT_KEYS
+    rows = _event_rows
 
     df = pgs.read_segments(spark, d, groups=groups)
     assert df.rdd.getNumPartitions() == 3
