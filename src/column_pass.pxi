@@ -763,6 +763,8 @@ cdef struct CpTxtFloat8:
     char unused
 cdef struct CpTxtDec18:
     char unused
+cdef struct CpTxtUuid:
+    char unused
 cdef struct CpParser:
     char unused
 ctypedef fused cp_form_t:
@@ -778,6 +780,7 @@ ctypedef fused cp_form_t:
     CpBinDec18
     CpTxtFloat8
     CpTxtDec18
+    CpTxtUuid
     CpParser
 
 
@@ -943,6 +946,12 @@ cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, cons
                 memcpy(dd + dl, words, 16)
                 dl += 16
                 ok = True
+        elif cp_form_t is CpTxtUuid:
+            # (as PostgreSQL prints it; room for 16 bytes is reserved, and a value that
+            # is not of this shape takes fn, which overwrites what this wrote)
+            if n == 36 and pgo_uuid36(p, dd + dl):
+                dl += 16
+                ok = True
         elif cp_form_t is CpTxtTs:
             if ts_memo_hit(col, p, n, &s64):
                 memcpy(dd + dl, &s64, 8)
@@ -1083,6 +1092,8 @@ cdef Py_ssize_t cp_column(Column *col, uint8_t kind, const unsigned char **vp, c
             return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpTxtFloat8 *>NULL)
         if fn == text_decimal and col.fixed_width == 16 and col.precision <= 18:
             return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpTxtDec18 *>NULL)
+        if fn == tx_uuid and col.fixed_width == 16:
+            return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpTxtUuid *>NULL)
     return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpParser *>NULL)
 
 

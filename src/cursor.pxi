@@ -11,6 +11,10 @@ cdef extern from "digits.h" nogil:
     int pgo_digits16(const unsigned char *p, int nd, uint64_t *out)
     int pgo_digit_run8(const unsigned char *p, Py_ssize_t avail, uint64_t *out)
     bint pgo_mmss(const unsigned char *p, int *mi, int *se)
+    bint pgo_hex16(const unsigned char *p, unsigned char *out)
+    bint pgo_uuid36(const unsigned char *p, unsigned char *out)
+    uint64_t pgo_hex_encode4(const unsigned char *p)
+    const bint PGO_SWAR_DIGITS        # (little-endian hosts: the 8-byte forms above)
 
 
 cdef extern from "endian.h" nogil:

@@ -129,4 +129,96 @@ static inline int pgo_digits16(const unsigned char *p, int nd, uint64_t *out) {
     return 1;
 }
 
+
+/* One hex digit's value (either case), or -1. */
+static inline int pgo_hex_nibble(unsigned char c) {
+    if (c >= 48 && c <= 57)
+        return c - 48;
+    c |= 0x20;
+    if (c >= 97 && c <= 102)
+        return c - 87;
+    return -1;
+}
+
+/* Hex digits, 8 at a time (SWAR): bytea's \x text and uuid's text in the typed tables. */
+
+#define PGO_ONES8 0x0101010101010101ULL
+
+/* v: 8 ASCII bytes as loaded little-endian (first byte lowest). 1 and *out = the 4 bytes
+ * they spell (first digit most significant in out's first byte, as stored little-endian)
+ * if all 8 are hex digits of either case, else 0. */
+static inline int pgo_hex8(uint64_t v, uint32_t *out) {
+    const uint64_t H = 0x8080808080808080ULL;
+    uint64_t lower, digit, alpha, nib, w;
+    if (v & H)
+        return 0;                                    /* not ASCII */
+    /* 7-bit bytes: x + (0x80 - lo) sets a byte's high bit iff x >= lo, and x + (0x7F -
+       hi) iff x > hi; no sum carries out of its byte */
+    lower = v | 0x2020202020202020ULL;               /* A-F -> a-f (digits keep their bits) */
+    digit = (v + (0x80 - 0x30) * PGO_ONES8) & ~(v + (0x7F - 0x39) * PGO_ONES8);
+    alpha = (lower + (0x80 - 0x61) * PGO_ONES8) & ~(lower + (0x7F - 0x66) * PGO_ONES8);
+    if (((digit | alpha) & H) != H)
+        return 0;
+    /* a digit's value is its low nibble; a letter's (bit 6 set) its low nibble + 9 */
+    nib = (v & 0x0F0F0F0F0F0F0F0FULL) + ((v >> 6) & PGO_ONES8) * 9;
+    w = ((nib << 4) | (nib >> 8)) & 0x00FF00FF00FF00FFULL;
+    w = (w | (w >> 8)) & 0x0000FFFF0000FFFFULL;
+    w = (w | (w >> 16)) & 0xFFFFFFFFULL;
+    *out = (uint32_t)w;
+    return 1;
+}
+
+/* 16 hex digits at p -> 8 bytes at out; 0 (out partly written) if any is not one. */
+static inline int pgo_hex16(const unsigned char *p, unsigned char *out) {
+#if PGO_SWAR_DIGITS
+    uint64_t a, b;
+    uint32_t x, y;
+    memcpy(&a, p, 8);
+    memcpy(&b, p + 8, 8);
+    if (!pgo_hex8(a, &x) || !pgo_hex8(b, &y))
+        return 0;
+    memcpy(out, &x, 4);
+    memcpy(out + 4, &y, 4);
+    return 1;
+#else
+    int k;
+    for (k = 0; k < 8; k++) {
+        int hi = pgo_hex_nibble(p[2 * k]), lo = pgo_hex_nibble(p[2 * k + 1]);
+        if (hi < 0 || lo < 0)
+            return 0;
+        out[k] = (unsigned char)((hi << 4) | lo);
+    }
+    return 1;
+#endif
+}
+
+/* uuid text as PostgreSQL prints it, 8-4-4-4-12 hex digits (36 bytes at p, either
+ * case) -> 16 bytes at out; 0 if that is not the shape. */
+static inline int pgo_uuid36(const unsigned char *p, unsigned char *out) {
+    unsigned char hex[32];
+    if (p[8] != 45 || p[13] != 45 || p[18] != 45 || p[23] != 45)
+        return 0;
+    memcpy(hex, p, 8);
+    memcpy(hex + 8, p + 9, 4);
+    memcpy(hex + 12, p + 14, 4);
+    memcpy(hex + 16, p + 19, 4);
+    memcpy(hex + 20, p + 24, 12);
+    return pgo_hex16(hex, out) && pgo_hex16(hex + 16, out + 8);
+}
+
+
+/* 4 bytes -> their 8 lowercase hex digits, as 8 bytes to store little-endian (the
+ * first byte's high nibble first). */
+static inline uint64_t pgo_hex_encode4(const unsigned char *p) {
+    uint32_t x;
+    uint64_t v, nib, ge10;
+    memcpy(&x, p, 4);
+    v = x;
+    v = (v | (v << 16)) & 0x0000FFFF0000FFFFULL;     /* byte k of x at byte 2k */
+    v = (v | (v << 8)) & 0x00FF00FF00FF00FFULL;
+    nib = ((v >> 4) & 0x000F000F000F000FULL) | ((v & 0x000F000F000F000FULL) << 8);
+    ge10 = ((nib + 6 * PGO_ONES8) >> 4) & PGO_ONES8; /* 1 in the bytes of 10..15 */
+    return nib + 0x30 * PGO_ONES8 + ge10 * 39;       /* '0' + d, 'a' + d - 10 */
+}
+
 #endif

@@ -153,14 +153,23 @@ cdef inline int fmt_hex(Buf *out, const char *prefix, const unsigned char *p, Py
     """prefix + lowercase hex of the bytes (bytea_output=hex)."""
     cdef char *w = fmt_room(out, 2 + 2 * n)
     cdef Py_ssize_t i
+    cdef uint64_t v
     if w == NULL:
         why[0] = FMT_E_NOMEM
         return -1
     w = fmt_w_str(w, prefix)
-    for i in range(n):
+    i = 0
+    if PGO_SWAR_DIGITS:
+        while n - i >= 4:                       # (4 bytes at a time)
+            v = pgo_hex_encode4(p + i)
+            memcpy(w, &v, 8)
+            w += 8
+            i += 4
+    while i < n:
         w[0] = FMT_HEX[p[i] >> 4]
         w[1] = FMT_HEX[p[i] & 15]
         w += 2
+        i += 1
     fmt_commit(out, w)
     return 0
 
@@ -837,6 +846,7 @@ cdef int fmt_macaddr(Buf *out, const unsigned char *p, Py_ssize_t n, bint eui64,
 cdef int fmt_uuid(Buf *out, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
     cdef int i
     cdef char *w
+    cdef uint64_t v
     if n != 16:
         why[0] = FMT_E_LENGTH
         return -1
@@ -844,6 +854,20 @@ cdef int fmt_uuid(Buf *out, const unsigned char *p, Py_ssize_t n, const char **w
     if w == NULL:
         why[0] = FMT_E_NOMEM
         return -1
+    if PGO_SWAR_DIGITS:                         # 8-4-4-4-12, from four 8-digit words
+        v = pgo_hex_encode4(p)
+        memcpy(w, &v, 8)
+        v = pgo_hex_encode4(p + 4)
+        memcpy(w + 9, &v, 4)
+        memcpy(w + 14, (<char *>&v) + 4, 4)
+        v = pgo_hex_encode4(p + 8)
+        memcpy(w + 19, &v, 4)
+        memcpy(w + 24, (<char *>&v) + 4, 4)
+        v = pgo_hex_encode4(p + 12)
+        memcpy(w + 28, &v, 8)
+        w[8] = w[13] = w[18] = w[23] = 45
+        fmt_commit(out, w + 36)
+        return 0
     for i in range(16):
         if i == 4 or i == 6 or i == 8 or i == 10:
             w[0] = 45

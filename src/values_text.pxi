@@ -606,6 +606,9 @@ cdef int text_bytea(Column *c, const unsigned char *p, Py_ssize_t n, const char 
         if out == NULL:
             return -1
         i = 2
+        while n - i >= 16 and pgo_hex16(p + i, out + k):     # (16 digits at a time)
+            k += 8
+            i += 16
         while i < n:
             hi = hex_value(p[i])
             lo = hex_value(p[i + 1])
@@ -860,6 +863,10 @@ cdef int text_uuid(const unsigned char *p, Py_ssize_t n, unsigned char *out) noe
         return -1
     if n == 36 and (p[8] != 45 or p[13] != 45 or p[18] != 45 or p[23] != 45):
         return -1
+    # (8 digits at a time; any byte that is not a hex digit sends it to the loop, which
+    # rejects it)
+    if pgo_uuid36(p, out) if n == 36 else (pgo_hex16(p, out) and pgo_hex16(p + 16, out + 8)):
+        return 0
     for k in range(16):
         if n == 36 and (i == 8 or i == 13 or i == 18 or i == 23):
             i += 1
@@ -1132,6 +1139,14 @@ cdef int tx_float8(Column *c, const unsigned char *p, Py_ssize_t n, const char *
     return PGO_PUSH_FIXED(c, &v, 8, why, push_fixed_slow)
 
 
+cdef int tx_uuid(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+    cdef unsigned char uuid[16]
+    if text_uuid(p, n, uuid) < 0:
+        why[0] = b"invalid uuid text"
+        return -1
+    return PGO_PUSH_FIXED(c, uuid, 16, why, push_fixed_slow)
+
+
 cdef inline int ts_tail_common(const unsigned char *p, Py_ssize_t n, bint with_zone,
                                int64_t *rest) noexcept nogil:
     """ts_tail for the two shapes of whole seconds PostgreSQL sends most ('YYYY-MM-DD
@@ -1286,6 +1301,8 @@ cdef value_fn text_value_fn(int kind) noexcept nogil:
         return tx_timestamp
     if kind == K_DATE:
         return tx_date
+    if kind == K_UUID:
+        return tx_uuid
     return _parse_text
 
 

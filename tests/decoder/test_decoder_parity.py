@@ -21,6 +21,7 @@ import decimal
 import math
 import random
 import struct
+import uuid
 from unittest import mock
 
 import pyarrow as pa
@@ -835,7 +836,7 @@ def test_generated_damaged_spooled_plain_parity(stream, data):
 # streams aim at the edges of those shortcuts: values that look almost like what they take.
 
 _INLINE_COLS = [(23, "int4"), (20, "int8"), (25, "text"), (16, "bool"),
-                (1184, "timestamptz"), (1114, "timestamp")]
+                (1184, "timestamptz"), (1114, "timestamp"), (2950, "uuid")]
 
 _int_texts = st.one_of(
     st.integers(-(1 << 63), (1 << 63) - 1).map(str),
@@ -870,8 +871,29 @@ _ok_ts_tails = st.builds(
     st.integers(0, 59), st.text(alphabet="0123456789", max_size=6))
 
 
+def _uuid_text(draw, weird):
+    """A uuid as PostgreSQL prints it; weird: one byte of it changed, or another shape."""
+    v = str(uuid.UUID(bytes=draw(st.binary(min_size=16, max_size=16)))).encode()
+    if not weird:
+        return v
+    how = draw(st.integers(0, 3))
+    if how == 0:                                      # any byte at any position
+        t = bytearray(v)
+        t[draw(st.integers(0, 35))] = draw(st.integers(0, 255))
+        return bytes(t)
+    if how == 1:
+        return v.upper()
+    if how == 2:
+        return v.replace(b"-", b"")
+    return draw(st.binary(max_size=40))
+
+
 def _inline_value(draw, oid, binary, weird, hour):
     """One value of the column: a valid one, or (weird) anything near the shortcuts."""
+    if oid == 2950:
+        if binary and draw(st.booleans()):
+            return Value("b", draw(st.binary(min_size=15 if weird else 16, max_size=17 if weird else 16)))
+        return Value("t", _uuid_text(draw, weird))
     if binary and oid != 1184 and draw(st.booleans()):
         if oid == 23:
             v = draw(st.integers(-(1 << 31), (1 << 31) - 1)).to_bytes(4, "big", signed=True)

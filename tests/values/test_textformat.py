@@ -1028,3 +1028,38 @@ def test_large_values_do_not_overflow():
     for impl in IMPLS.values():
         (text,) = impl(ColumnType(K_ARRAY, elem_kind=K_TEXT), [arr])
         assert text == "{" + ",".join(['"a b"'] * n) + "}"
+
+
+@pytest.mark.parametrize("n", range(0, 41))
+def test_bytea_and_uuid_hex_every_length(n):
+    """bytea and uuid text from binary, 4 bytes at a time where the host allows
+    (src/digits.h: pgo_hex_encode4), every byte value in every position of the word:
+    what bytes.hex and uuid.UUID print, and the reference."""
+    rnd = random.Random(n)
+    for _ in range(20):
+        blob = bytes(rnd.getrandbits(8) for _ in range(n))
+        assert assert_twins(ColumnType(K_BYTEA), blob) == ("ok", "\\x" + blob.hex())
+    if n == 16:
+        for b in range(256):
+            for pos in range(16):
+                blob = bytearray(rnd.getrandbits(8) for _ in range(16))
+                blob[pos] = b
+                assert assert_twins(ColumnType(K_UUID), bytes(blob)) == ("ok", str(uuid.UUID(bytes=bytes(blob))))
+
+
+def test_integers_at_every_digit_count():
+    """int2/int4/int8/oid text from binary at each digit count's ends (10^k - 1, 10^k,
+    their negatives) and the types' limits (text_format.h: pgo_w_u64, two digits per
+    division, the last 8 of a longer number on their own): what str() prints, and the
+    reference."""
+    cases = [(ColumnType(K_INT2), ">h", 16), (ColumnType(K_INT4), ">i", 32), (ColumnType(K_INT8), ">q", 64),
+             (ColumnType(K_OID), ">I", 32)]
+    for ct, fmt, bits in cases:
+        signed = fmt[1].islower()
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+        values = {lo, hi, lo + 1, hi - 1, 0, 1, -1}
+        for k in range(20):
+            for v in (10 ** k - 1, 10 ** k, 10 ** k + 1, 2 * 10 ** k, 9 * 10 ** k + 12345 % (10 ** k or 1)):
+                values.update({v, -v})
+        for v in sorted(x for x in values if lo <= x <= hi):
+            assert assert_twins(ct, struct.pack(fmt, v)) == ("ok", str(v)), (ct, v)

@@ -1477,3 +1477,59 @@ def test_server_many_random_values(pg_conn):
                 _check_server_type(cur, sqltype, ct, send, literals, expect_sql, expect_fn)
             finally:
                 cur.execute("DROP TABLE rnd")
+
+
+# -- hex digits 8 at a time (src/digits.h: pgo_hex16, pgo_uuid36) ------------------------
+
+_HEX = set(b"0123456789abcdefABCDEF")
+
+
+def _hex_cases(text: bytes, digit_at):
+    """text with each byte value 0..255 put at each position: (the value, whether every
+    position still holds what it may: a hex digit where digit_at says so)."""
+    for pos in range(len(text)):
+        for b in range(256):
+            t = bytearray(text)
+            t[pos] = b
+            yield bytes(t), (b in _HEX) if digit_at(pos) else b == text[pos]
+
+
+@pytest.mark.parametrize("form", ["36", "32"])
+def test_uuid_text_each_byte_at_each_position(form):
+    """Every byte value at every position of a uuid's text, both forms: a value exactly
+    when every digit position holds a hex digit of either case (and the dashes are
+    dashes), the same as the reference; the 8-digit words (16 digits, then the dashes'
+    groups) must catch a bad byte wherever it falls."""
+    base = b"a0eebc99-9c0b-4Ef8-BB6d-6bb9bd380a11"
+    if form == "32":
+        base = base.replace(b"-", b"")
+    dashes = {8, 13, 18, 23} if form == "36" else set()
+    for text, ok in _hex_cases(base, lambda pos: pos not in dashes):
+        res = twins(C(K_UUID), [("t", text)])
+        if ok:
+            assert raw(res[0]) == [uuid.UUID(text.decode()).bytes], text
+        else:
+            assert res is ERROR, text
+
+
+def test_bytea_hex_text_each_byte_at_each_position():
+    """bytea's \\x text of 40 digits (two 16-digit words and a tail of 8): every byte
+    value at every digit position, against bytes.fromhex and the reference."""
+    digits = b"0123456789abcdefABCDEF0123456789aBcDeF01"
+    for text, ok in _hex_cases(digits, lambda pos: True):
+        res = twins(C(K_BYTEA), [("t", b"\\x" + text)])
+        if ok:
+            assert raw(res[0]) == [bytes.fromhex(text.decode())], text
+        else:
+            assert res is ERROR, text
+
+
+@pytest.mark.parametrize("n", range(0, 41))
+def test_bytea_hex_text_every_length(n):
+    """Every length of a 16-digit word and its tail, odd ones (an error) included."""
+    rnd = np.random.default_rng(n)
+    text = rnd.integers(0, 256, (n + 1) // 2, dtype=np.uint8).tobytes().hex()[:n].encode()
+    res = twins(C(K_BYTEA), [("t", b"\\x" + text)])
+    assert (res is ERROR) == (n % 2 == 1)
+    if n % 2 == 0:
+        assert raw(res[0]) == [bytes.fromhex(text.decode())]
