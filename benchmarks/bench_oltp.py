@@ -7,7 +7,10 @@ transactions), each transaction mixing the 10-column narrow table
 (three changes in four) and an 8-column orders table, 70 % inserts, 20 % updates, 10 %
 deletes, one row per statement; protocol 1, text and binary mode. ``oltpstream`` is
 oltp100000's batch job streamed (protocol 2, ``streaming on``,
-``logical_decoding_work_mem`` 64kB: stream segments of about 300 changes). A tenth of the corpus
+``logical_decoding_work_mem`` 64kB: stream segments of about 300 changes). ``oltptypes`` is
+oltp50's shape on one table of the types production schemas add (a uuid, a jsonb document,
+an unconstrained numeric, a date, a text array, a timestamptz with microseconds, a real, a
+bytea, a varchar, an int2, a bool). A tenth of the corpus
 rows (``PGOUTPUT_FAST_CORPUS_ROWS``, default 2,000,000) in changes: 200,000.
 
 Outputs: ``typed`` = ``Decoder(events=False)``, ``events`` = ``Decoder(tables=False)``,
@@ -31,7 +34,7 @@ from pgoutput_fast.decoder import Decoder
 ROWS = corpus.DEFAULT_ROWS
 USES_CORPUS = True              # (conftest builds the workloads the selected tests need, first)
 SIZES = corpus.OLTP_TXN_SIZES
-WORKLOADS = [(w, m) for w in [f"oltp{k}" for k in SIZES] + ["oltpstream"] for m in ("text", "binary")]
+WORKLOADS = [(w, m) for w in [f"oltp{k}" for k in SIZES] + ["oltpstream", "oltptypes"] for m in ("text", "binary")]
 PATHS = {"typed": dict(events=False), "events": dict(tables=False), "both": {}}
 
 

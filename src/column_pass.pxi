@@ -765,6 +765,8 @@ cdef struct CpTxtDec18:
     char unused
 cdef struct CpTxtUuid:
     char unused
+cdef struct CpBinJsonb:
+    char unused
 cdef struct CpParser:
     char unused
 ctypedef fused cp_form_t:
@@ -781,6 +783,7 @@ ctypedef fused cp_form_t:
     CpTxtFloat8
     CpTxtDec18
     CpTxtUuid
+    CpBinJsonb
     CpParser
 
 
@@ -946,6 +949,14 @@ cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, cons
                 memcpy(dd + dl, words, 16)
                 dl += 16
                 ok = True
+        elif cp_form_t is CpBinJsonb:
+            # (jsonb_send: a version byte, 1, then the text; ASCII text copied as is)
+            if ol != 0 and n >= 1 and p[0] == 1 and copy_ascii(dd + dl, p + 1, n - 1):
+                dl += n - 1
+                off = <int32_t>dl
+                memcpy(od + ol, &off, 4)
+                ol += 4
+                ok = True
         elif cp_form_t is CpTxtUuid:
             # (as PostgreSQL prints it; room for 16 bytes is reserved, and a value that
             # is not of this shape takes fn, which overwrites what this wrote)
@@ -1077,6 +1088,8 @@ cdef Py_ssize_t cp_column(Column *col, uint8_t kind, const unsigned char **vp, c
         return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpBinBool *>NULL)
     if code == BIN_INLINE_TEXT or code == TEXT_INLINE_TEXT:
         return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpAscii *>NULL)
+    if kind == COL_BINARY and fn == bn_jsonb and col.layout == LAYOUT_VARLEN:
+        return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpBinJsonb *>NULL)
     if code == TEXT_INLINE_INT4:
         return cp_loop(col, fn, vp, vn, nrows, builder_rc, <CpTxtInt4 *>NULL)
     if code == TEXT_INLINE_INT8:

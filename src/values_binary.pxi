@@ -704,13 +704,7 @@ cdef int _parse_binary(Column *c, const unsigned char *p, Py_ssize_t n, const ch
             return -1
         return PGO_PUSH_FIXED(c, p, 16, why, push_fixed_slow)
     elif kind == K_JSONB:
-        if n < 1 or p[0] != 1:
-            why[0] = b"unsupported binary jsonb version (expected 1)"
-            return -1
-        if utf8_invalid_at(p + 1, n - 1) >= 0:
-            why[0] = WHY_UTF8
-            return -1
-        return push_bytes(c, p + 1, n - 1, why)
+        return bn_jsonb(c, p, n, why)
     elif kind == K_CHAR:
         return char_as_text(&c.data, p, n, why)
     elif kind == K_TIMETZ:
@@ -737,6 +731,16 @@ cdef int _parse_binary(Column *c, const unsigned char *p, Py_ssize_t n, const ch
 
 
 # -- per-kind entry points (Column.binary_fn): see the text ones in values_text.pxi ------
+
+cdef int bn_jsonb(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
+    if n < 1 or p[0] != 1:
+        why[0] = b"unsupported binary jsonb version (expected 1)"
+        return -1
+    if utf8_invalid_at(p + 1, n - 1) >= 0:
+        why[0] = WHY_UTF8
+        return -1
+    return push_bytes(c, p + 1, n - 1, why)
+
 
 cdef int bn_text(Column *c, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
     if utf8_invalid_at(p, n) >= 0:           # text send() converts to client_encoding
@@ -805,6 +809,8 @@ cdef value_fn binary_value_fn(int kind) noexcept nogil:
         return bin_decimal
     if kind == K_TIMESTAMP or kind == K_TIMESTAMPTZ:
         return bn_timestamp
+    if kind == K_JSONB:
+        return bn_jsonb
     return _parse_binary
 
 

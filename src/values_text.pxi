@@ -643,9 +643,32 @@ cdef int text_bytea(Column *c, const unsigned char *p, Py_ssize_t n, const char 
     return 0
 
 
+cdef inline int two_digits(const unsigned char *p) noexcept nogil:
+    """Two ASCII digits -> 0..99, or -1."""
+    cdef unsigned int a = <unsigned int>p[0] - 48
+    cdef unsigned int b = <unsigned int>p[1] - 48
+    if a > 9 or b > 9:
+        return -1
+    return <int>(a * 10 + b)
+
+
 cdef int text_date(const unsigned char *p, Py_ssize_t n, int32_t *out) noexcept nogil:
     cdef Py_ssize_t i = 0
     cdef int64_t y, m, d, days
+    cdef int y0, y1, m0, d0
+    if n == 10 and p[4] == 45 and p[7] == 45:
+        # 'YYYY-MM-DD', as PostgreSQL prints a date of years 1000..9999: no scan (any
+        # other shape, or a value this rejects, takes the general path below, which
+        # accepts or rejects it the same; a 4-digit year AD is always in range)
+        y0 = two_digits(p)
+        y1 = two_digits(p + 2)
+        m0 = two_digits(p + 5)
+        d0 = two_digits(p + 8)
+        if (y0 | y1 | m0 | d0) >= 0 and (y0 | y1) != 0 and 1 <= m0 <= 12 and d0 >= 1:
+            y = y0 * 100 + y1
+            if d0 <= days_in_month(y, m0):
+                out[0] = <int32_t>days_from_civil(y, m0, d0)
+                return 0
     if text_is(p, n, b"infinity", 8):
         out[0] = INT32_MAX
         return 0
@@ -675,15 +698,6 @@ cdef int text_time(const unsigned char *p, Py_ssize_t n, int64_t *out) noexcept 
         return -1
     out[0] = h * 3600000000LL + rest
     return 0
-
-
-cdef inline int two_digits(const unsigned char *p) noexcept nogil:
-    """Two ASCII digits -> 0..99, or -1."""
-    cdef unsigned int a = <unsigned int>p[0] - 48
-    cdef unsigned int b = <unsigned int>p[1] - 48
-    if a > 9 or b > 9:
-        return -1
-    return <int>(a * 10 + b)
 
 
 cdef inline bint iso_fixed_prefix(const unsigned char *p, Py_ssize_t n, int64_t *y, int64_t *m,
@@ -1183,17 +1197,16 @@ cdef int ts_tail(const unsigned char *p, Py_ssize_t n, bint with_zone, int64_t *
     cdef int mi, se, hh, mm = 0, nd = 0
     cdef Py_ssize_t i = 19
     cdef int64_t frac = 0, east = 0
+    cdef uint64_t chunk
     if not pgo_mmss(p + 11, &mi, &se):
         return -1
     if i < n and p[i] == 46:                    # '.'
         i += 1
-        while i < n and nd < 6 and is_digit(p[i]):
-            frac = frac * 10 + (p[i] - 48)
-            i += 1
-            nd += 1
-        if nd == 0 or (i < n and is_digit(p[i])):
+        nd = pgo_digit_run8(p + i, n - i, &chunk)  # (1 to 6 digits, 8 looked at once)
+        if nd == 0 or nd > 6:
             return -1
-        frac *= <int64_t>pgo_pow10_u128[6 - nd].lo
+        i += nd
+        frac = <int64_t>chunk * <int64_t>pgo_pow10_u128[6 - nd].lo
     if with_zone:
         if n - i != 3 and not (n - i == 6 and p[i + 3] == 58):
             return -1

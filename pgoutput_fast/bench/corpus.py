@@ -21,6 +21,11 @@ Workloads (each captured in text and binary mode):
            an 8-column orders table), 70 % inserts, 20 % single-row updates, 10 %
            single-row deletes, one statement per change, committed by a PL/pgSQL
            procedure; a tenth of the narrow row count in changes (protocol 1)
+  oltptypes
+           oltp50's shape on one table of the types production schemas add to the
+           narrow mix (uuid, jsonb, unconstrained numeric, date, text[], timestamptz
+           with microseconds, real, bytea, varchar, int2, bool): 50 changes per
+           transaction, 70 % inserts, 20 % updates, 10 % deletes (protocol 1)
   oltpstream
            oltp100000's batch job streamed (protocol 2, streaming on,
            logical_decoding_work_mem 64kB): the two tables' changes in runs of about
@@ -74,6 +79,7 @@ def _workloads(rows):
         **{f"oltp{k}": (f"bench_oltp{k}", NARROW_COLS, max(rows // 10, 1000), f"oltp{k}")
            for k in OLTP_TXN_SIZES},
         "oltpstream": ("bench_oltpstream", NARROW_COLS, max(rows // 10, 1000), "oltp100000"),
+        "oltptypes": ("bench_oltptypes", TYPES_COLS, max(rows // 10, 1000), "types50"),
     }
 
 
@@ -94,6 +100,58 @@ ORDERS_COLS = [
     ("paid", "bool", "(g %% 4 <> 0)"),
     ("note", "varchar(64)", "'order ' || g::text"),
 ]
+
+
+#: the oltptypes workload: one table of the types production schemas use beyond the
+#: narrow mix (a uuid key, a jsonb document, an unconstrained numeric, a date, a text
+#: array, a timestamptz with microseconds as now() gives it, a real, a bytea digest, a
+#: varchar e-mail, an int2, a bool)
+TYPES_COLS = [
+    ("ext_id", "uuid", "md5(g::text)::uuid"),
+    ("doc", "jsonb", "jsonb_build_object('sku', 'item-' || g, 'qty', g %% 7, 'tags', jsonb_build_array('a', 'b'))"),
+    ("price", "numeric", "round((g * 1.2345)::numeric, 4)"),
+    ("day", "date", "date '2024-01-01' + (g %% 400)::int4"),
+    ("tags", "text[]", "ARRAY['t' || (g %% 100), 'new']"),
+    ("created", "timestamptz", "timestamptz '2024-01-01 00:00:00+00' + (g * 1234567 || ' microseconds')::interval"),
+    ("score", "real", "(g / 3.0)::real"),
+    ("digest", "bytea", "decode(md5(g::text), 'hex')"),
+    ("email", "varchar(120)", "'user' || g || '@example.com'"),
+    ("qty", "int2", "(1 + g %% 9)::int2"),
+    ("active", "bool", "(g %% 3 = 0)"),
+]
+
+
+def _types_procedure(table, n, k):
+    """SQL of a procedure that runs the oltptypes workload on `table`: n changes, a COMMIT
+    after every k; after the first 60 inserts, change i is an insert when i % 10 < 7, an
+    update of the row inserted 3 or 4 before the last when i % 10 is 7 or 8 (its
+    document, quantity and time), and a delete of the row inserted 50 before the last
+    when i % 10 == 9."""
+    cols = ", ".join(e.replace("%%", "%") for _, _, e in TYPES_COLS)
+    return f"""
+CREATE OR REPLACE PROCEDURE {table}_run() LANGUAGE plpgsql AS $$
+DECLARE
+  na int8 := 0;
+  op int;
+BEGIN
+  FOR i IN 0..{n - 1} LOOP
+    op := i % 10;
+    IF op < 7 OR na < 60 THEN
+      INSERT INTO {table} SELECT g, {cols} FROM (SELECT na AS g) s;
+      na := na + 1;
+    ELSIF op < 9 THEN
+      UPDATE {table} SET doc = doc || '{{"seen": true}}', qty = qty + 1,
+                         created = created + interval '1.5 seconds'
+       WHERE id = na - 3 - (op - 7);
+    ELSE
+      DELETE FROM {table} WHERE id = na - 50;
+    END IF;
+    IF (i + 1) % {k} = 0 THEN
+      COMMIT;
+    END IF;
+  END LOOP;
+  COMMIT;
+END $$"""
 
 
 def workload_names() -> list:
@@ -171,6 +229,10 @@ def _run_workload(cur, table, cols, n, kind):
     if kind.startswith("oltp"):
         cur.execute(_oltp_procedure(table, n, int(kind[4:])))
         cur.execute(f"CALL {table}_run()")     # (autocommit: the procedure commits)
+        return
+    if kind.startswith("types"):
+        cur.execute(_types_procedure(table, n, int(kind[5:])))
+        cur.execute(f"CALL {table}_run()")
         return
     if kind == "toast":
         # out of line and uncompressed, so an update that leaves it alone sends 'u'

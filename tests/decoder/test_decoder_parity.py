@@ -836,7 +836,7 @@ def test_generated_damaged_spooled_plain_parity(stream, data):
 # streams aim at the edges of those shortcuts: values that look almost like what they take.
 
 _INLINE_COLS = [(23, "int4"), (20, "int8"), (25, "text"), (16, "bool"),
-                (1184, "timestamptz"), (1114, "timestamp"), (2950, "uuid")]
+                (1184, "timestamptz"), (1114, "timestamp"), (2950, "uuid"), (3802, "jsonb")]
 
 _int_texts = st.one_of(
     st.integers(-(1 << 63), (1 << 63) - 1).map(str),
@@ -888,8 +888,21 @@ def _uuid_text(draw, weird):
     return draw(st.binary(max_size=40))
 
 
+_json_texts = st.one_of(
+    st.builds(lambda k, v: f'{{"{k}": {v}}}', st.text(max_size=8), st.integers()),
+    st.just('{"a": [1, 2, {"b": null}]}'), st.just('"\u00e9t\u00e9"'), st.just("{}"))
+
+
 def _inline_value(draw, oid, binary, weird, hour):
     """One value of the column: a valid one, or (weird) anything near the shortcuts."""
+    if oid == 3802:                                   # jsonb: a version byte in binary
+        text = draw(_json_texts).encode()
+        if weird:
+            text = draw(st.one_of(_text_values, st.just(text)))
+        if binary and draw(st.booleans()):
+            version = draw(st.sampled_from([b"\x01", b"\x02", b""])) if weird else b"\x01"
+            return Value("b", version + text)
+        return Value("t", text)
     if oid == 2950:
         if binary and draw(st.booleans()):
             return Value("b", draw(st.binary(min_size=15 if weird else 16, max_size=17 if weird else 16)))
@@ -1756,3 +1769,44 @@ def test_streamed_event_rows_kept_on_arrival(limit, options, step, tmp_path):
     if limit == 1500 and step == 1:
         # kept for a while, then dropped once past the limit
         assert any(n is not None and n > 0 for n in held_sizes) and None in held_sizes
+
+
+@pytest.mark.parametrize("bad", [None, "version2", "no_version", "non_ascii", "not_utf8", "empty"])
+@pytest.mark.parametrize("at", [0, 17, 39])
+@pytest.mark.parametrize("events", [False, True])
+def test_binary_jsonb_column_pass(bad, at, events):
+    """A run of 40 inserts of binary jsonb (jsonb_send: version byte 1, then the text),
+    long enough for the column pass, with row `at` broken: a version other than 1, no
+    version byte, non-ASCII text (the parser's path), text that is not UTF-8, a value of
+    the version byte alone. Native == reference, value for value and error for error."""
+    rel = Relation(16384, "public", "t", "d", (RelationColumn(1, "id", 20, -1), RelationColumn(0, "doc", 3802, -1)), None)
+    msgs, lsns = [encode_message(rel), encode_message(Begin(5_000_000, 0, 700))], [0, 100]
+    for r in range(40):
+        doc = b"\x01" + f'{{"k": {r}, "s": "v{r}"}}'.encode()
+        if r == at and bad is not None:
+            doc = {"version2": b"\x02" + doc[1:], "no_version": doc[1:], "non_ascii": b'\x01{"s": "\xc3\xa9t\xc3\xa9"}',
+                   "not_utf8": b'\x01{"s": "\xff"}', "empty": b"\x01"}[bad]
+        msgs.append(encode_message(Insert(16384, (Value("b", r.to_bytes(8, "big")), Value("b", doc)), None)))
+        lsns.append(200 + r)
+    msgs.append(encode_message(Commit(0, 5_000_000, 5_000_005, 0)))
+    lsns.append(1000)
+    feed_both([(msgs, lsns)], events=events)
+
+
+@pytest.mark.parametrize("zone", ["", "+00", "-08:30"])
+def test_timestamp_fraction_lengths_after_a_memo_hit(zone):
+    """Fractions of 0 to 9 digits on a timestamp[tz] whose date and hour the column's
+    memo holds (values_text.pxi: ts_tail, the digits 8 at a time): up to 6 a value,
+    more an error, as the reference says, in one run long enough for the column pass."""
+    oid = 1184 if zone else 1114
+    rel = Relation(16384, "public", "t", "d", (RelationColumn(1, "id", 20, -1), RelationColumn(0, "ts", oid, -1)), None)
+    for nd in range(0, 10):
+        msgs, lsns = [encode_message(rel), encode_message(Begin(5_000_000, 0, 700))], [0, 100]
+        for r in range(40):
+            frac = ("." + "123456789"[:nd]) if (r == 20 and nd) else ("" if r % 2 else ".5")
+            text = f"2024-03-01 13:{r % 60:02d}:07{frac}{zone}".encode()
+            msgs.append(encode_message(Insert(16384, (Value("t", str(r).encode()), Value("t", text)), None)))
+            lsns.append(200 + r)
+        msgs.append(encode_message(Commit(0, 5_000_000, 5_000_005, 0)))
+        lsns.append(1000)
+        feed_both([(msgs, lsns)], events=False)

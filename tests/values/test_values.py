@@ -1533,3 +1533,27 @@ def test_bytea_hex_text_every_length(n):
     assert (res is ERROR) == (n % 2 == 1)
     if n % 2 == 0:
         assert raw(res[0]) == [bytes.fromhex(text.decode())]
+
+
+def test_date_text_near_its_common_shape():
+    """'YYYY-MM-DD' takes a path of its own (values_text.pxi: text_date): every byte value
+    at every position of a few dates, and the last day of every month (and the day after
+    it) in leap and common years, centuries included: the same outcome as the reference,
+    and the value datetime gives where the text is an ISO date."""
+    texts = []
+    for base in (b"2024-02-29", b"1999-12-31", b"0001-01-01"):
+        texts += [t for t, _ in _hex_cases(base, lambda pos: True)]
+    for y in (1900, 2000, 2023, 2024, 9999, 1):
+        for m in range(1, 13):
+            last = (datetime.date(y + (m == 12), m % 12 + 1, 1) - datetime.timedelta(days=1)).day if y < 9999 or m < 12 else 31
+            for d in (0, 1, last, last + 1, 32, 99):
+                texts.append(f"{y:04d}-{m:02d}-{d:02d}".encode())
+    texts += [b"0000-01-01", b"2024-00-01", b"2024-13-01", b"2024-1-01", b"2024-01-1", b"20240-01-01"]
+    for text in texts:
+        res = twins(C(K_DATE), [("t", text)])
+        try:
+            want = datetime.date.fromisoformat(text.decode("latin-1"))
+        except ValueError:
+            want = None
+        if want is not None and len(text) == 10:
+            assert raw(res[0]) == [(want - datetime.date(1970, 1, 1)).days], text
