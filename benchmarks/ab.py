@@ -2,11 +2,17 @@
 of its own, the two alternating, each child timing a memory copy of the same input too.
 
     python benchmarks/ab.py A_TREE B_TREE [--rounds 3] [--workloads oltp1,oltp50]
+    python benchmarks/ab.py A_TREE B_TREE --per-cell --rounds 7 --workloads oltptypes --outputs typed
 
 A_TREE and B_TREE are source trees with the extension built in place (e.g. a
 ``git archive`` of the older commit, built with ``setup.py build_ext --inplace``). The
 corpus is this checkout's (``pgoutput_fast.bench.corpus``). Prints, per workload, mode
 and output, the median of each build's decode time over its copy time and the MB/s.
+
+``--per-cell`` runs a child per cell instead, A and B alternating ``--rounds`` times on
+one cell before the next, and prints the medians in ms with each child's figure: the
+development VM's speed moves by up to 1.6x for this memory-heavy work between processes
+and over tens of seconds, and a cell's A and B children then meet the same phases.
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ import numpy as np
 from pgoutput_fast.bench import corpus
 from pgoutput_fast.decoder import Decoder
 import pgoutput_fast
-workloads, modes, rows, repeat = json.loads(sys.argv[1])
+workloads, modes, rows, repeat, outputs = json.loads(sys.argv[1])
 paths = {"typed": dict(events=False), "events": dict(tables=False), "both": {}}
+paths = {p: kw for p, kw in paths.items() if p in outputs}
 out = {"file": pgoutput_fast.__file__}
 for w in workloads:
     for mode in modes:
@@ -56,6 +63,11 @@ def main():
     ap.add_argument("--workloads", default="oltp1,oltp10,oltp50,oltp1000")
     ap.add_argument("--modes", default="text,binary")
     ap.add_argument("--rows", type=int, default=None)
+    ap.add_argument("--outputs", default="typed,events,both")
+    ap.add_argument("--per-cell", action="store_true",
+                    help="a child per cell (workload, mode, output) instead of per build, A and B "
+                         "alternating --rounds times on each cell before the next: a VM whose speed "
+                         "drifts over tens of seconds then moves both builds' figures of a cell alike")
     args = ap.parse_args()
     sys.path.insert(0, os.path.dirname(HERE))
     from pgoutput_fast.bench import corpus
@@ -64,14 +76,32 @@ def main():
     workloads = args.workloads.split(",")
     corpus.build(rows, workloads=workloads)
     env = dict(os.environ, PGOUTPUT_FAST_CORPUS=corpus.CACHE)
+    outputs = args.outputs.split(",")
+
+    def child(tree, ws, modes, outs):
+        out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([ws, modes, rows, args.repeat, outs])],
+                             env=dict(env, PYTHONPATH=os.path.abspath(tree)), capture_output=True,
+                             text=True, check=True, cwd="/")
+        return json.loads(out.stdout)
+
+    if args.per_cell:
+        print(f"{'workload/mode/output':28s} {'A ms':>8s} {'B ms':>8s} {'B/A time':>9s}   A, B: each child's median (ms)")
+        for w in workloads:
+            for mode in args.modes.split(","):
+                for o in outputs:
+                    got = {"A": [], "B": []}
+                    for _ in range(args.rounds):
+                        for name, tree in (("A", args.a), ("B", args.b)):
+                            got[name].append(child(tree, [w], [mode], [o])[f"{w}/{mode}/{o}"][0] * 1e3)
+                    a, b = statistics.median(got["A"]), statistics.median(got["B"])
+                    print(f"{w + '/' + mode + '/' + o:28s} {a:8.2f} {b:8.2f} {b / a:9.2f}   "
+                          f"{' '.join(f'{x:.1f}' for x in got['A'])} | {' '.join(f'{x:.1f}' for x in got['B'])}",
+                          flush=True)
+        return
     runs = {"A": [], "B": []}
     for r in range(args.rounds):
         for name, tree in (("A", args.a), ("B", args.b)):
-            child_env = dict(env, PYTHONPATH=os.path.abspath(tree))
-            out = subprocess.run([sys.executable, "-c", _CHILD,
-                                  json.dumps([workloads, args.modes.split(","), rows, args.repeat])],
-                                 env=child_env, capture_output=True, text=True, check=True, cwd="/")
-            runs[name].append(json.loads(out.stdout))
+            runs[name].append(child(tree, workloads, args.modes.split(","), outputs))
             print(f"round {r + 1}/{args.rounds} {name}: {runs[name][-1]['file']}", file=sys.stderr)
         _table(runs)                      # (after each round: a long run shows what it has)
 

@@ -811,6 +811,8 @@ cdef value_fn binary_value_fn(int kind) noexcept nogil:
         return bn_timestamp
     if kind == K_JSONB:
         return bn_jsonb
+    if kind == K_ARRAY:
+        return bin_array
     return _parse_binary
 
 

@@ -657,9 +657,9 @@ cdef int text_date(const unsigned char *p, Py_ssize_t n, int32_t *out) noexcept 
     cdef int64_t y, m, d, days
     cdef int y0, y1, m0, d0
     if n == 10 and p[4] == 45 and p[7] == 45:
-        # 'YYYY-MM-DD', as PostgreSQL prints a date of years 1000..9999: no scan (any
-        # other shape, or a value this rejects, takes the general path below, which
-        # accepts or rejects it the same; a 4-digit year AD is always in range)
+        # 'YYYY-MM-DD', as PostgreSQL prints (DateStyle ISO) a date of the years 1 to
+        # 9999 AD: no scan (any other shape, or a value this rejects, takes the general
+        # path below, which decides it; a 4-digit year AD is always in range)
         y0 = two_digits(p)
         y1 = two_digits(p + 2)
         m0 = two_digits(p + 5)
@@ -1316,6 +1316,10 @@ cdef value_fn text_value_fn(int kind) noexcept nogil:
         return tx_date
     if kind == K_UUID:
         return tx_uuid
+    if kind == K_ARRAY:
+        return text_array                   # (the elements: their own column's parser)
+    if kind == K_BYTEA:
+        return text_bytea
     return _parse_text
 
 
