@@ -42,6 +42,7 @@ import argparse
 import os
 import struct
 import sys
+import textwrap
 import time
 
 def _default_cache() -> str:
@@ -123,35 +124,11 @@ TYPES_COLS = [
 
 def _types_procedure(table, n, k):
     """SQL of a procedure that runs the oltptypes workload on `table`: n changes, a COMMIT
-    after every k; after the first 60 inserts, change i is an insert when i % 10 < 7, an
-    update of the row inserted 3 or 4 before the last when i % 10 is 7 or 8 (its
-    document, quantity and time), and a delete of the row inserted 50 before the last
-    when i % 10 == 9."""
-    cols = ", ".join(e.replace("%%", "%") for _, _, e in TYPES_COLS)
-    return f"""
-CREATE OR REPLACE PROCEDURE {table}_run() LANGUAGE plpgsql AS $$
-DECLARE
-  na int8 := 0;
-  op int;
-BEGIN
-  FOR i IN 0..{n - 1} LOOP
-    op := i % 10;
-    IF op < 7 OR na < 60 THEN
-      INSERT INTO {table} SELECT g, {cols} FROM (SELECT na AS g) s;
-      na := na + 1;
-    ELSIF op < 9 THEN
-      UPDATE {table} SET doc = doc || '{{"seen": true}}', qty = qty + 1,
-                         created = created + interval '1.5 seconds'
-       WHERE id = na - 3 - (op - 7);
-    ELSE
-      DELETE FROM {table} WHERE id = na - 50;
-    END IF;
-    IF (i + 1) % {k} = 0 THEN
-      COMMIT;
-    END IF;
-  END LOOP;
-  COMMIT;
-END $$"""
+    after every k, each change as in _oltp_procedure's one table (the update: the
+    document, quantity and time)."""
+    step = _table_step(table, "na", TYPES_COLS, "doc = doc || '{\"seen\": true}', qty = qty + 1, "
+                       "created = created + interval '1.5 seconds'")
+    return _procedure(table, n, k, ["na"], step)
 
 
 def workload_names() -> list:
@@ -178,50 +155,53 @@ def expected_rows(workload: str, rows: int) -> int:
     return n           # (oltp: one statement per change, each on one row)
 
 
-def _oltp_procedure(table, n, k):
-    """SQL of a procedure that runs the oltp workload on `table` and `table`_orders: n
-    changes, a COMMIT after every k. Change i goes to the orders table when i % 4 == 3,
-    else to the narrow table; per table, the first 60 changes are inserts, then change
-    i is an insert when i % 10 < 7, an update of the row inserted 3 or 4 rows before
-    the last when i % 10 is 7 or 8 (the narrow table: a, c and h; orders: status and
-    amount), and a delete of the row inserted 50 before the last when i % 10 == 9
-    (never a row deleted or updated later, so each statement changes one row)."""
-    narrow = ", ".join(e.replace("%%", "%") for _, _, e in NARROW_COLS)
-    orders = ", ".join(e.replace("%%", "%") for _, _, e in ORDERS_COLS)
+def _table_step(table, counter, cols, update):
+    """PL/pgSQL of one change to `table` (`counter`: the rows inserted so far; `op`: i %
+    10): an insert during the first 60 changes and when op < 7, an update (`update`,
+    its SET list) of the row inserted 3 or 4 before the last when op is 7 or 8, and a
+    delete of the row inserted 50 before the last when op is 9 (never a row deleted or
+    updated later, so each statement changes one row)."""
+    values = ", ".join(e.replace("%%", "%") for _, _, e in cols)
+    return f"""IF op < 7 OR {counter} < 60 THEN
+  INSERT INTO {table} SELECT g, {values} FROM (SELECT {counter} AS g) s;
+  {counter} := {counter} + 1;
+ELSIF op < 9 THEN
+  UPDATE {table} SET {update} WHERE id = {counter} - 3 - (op - 7);
+ELSE
+  DELETE FROM {table} WHERE id = {counter} - 50;
+END IF;"""
+
+
+def _procedure(table, n, k, counters, body):
+    """SQL of a procedure `table`_run that runs `body` (PL/pgSQL, with `i` and `op` =
+    i % 10 set) for i in 0..n-1, with a COMMIT after every k."""
+    declare = "".join(f"  {c} int8 := 0;\n" for c in counters)
+    body = textwrap.indent(body, "    ")
     return f"""
 CREATE OR REPLACE PROCEDURE {table}_run() LANGUAGE plpgsql AS $$
 DECLARE
-  na int8 := 0;
-  nb int8 := 0;
-  op int;
+{declare}  op int;
 BEGIN
   FOR i IN 0..{n - 1} LOOP
     op := i % 10;
-    IF i % 4 <> 3 THEN
-      IF op < 7 OR na < 60 THEN
-        INSERT INTO {table} SELECT g, {narrow} FROM (SELECT na AS g) s;
-        na := na + 1;
-      ELSIF op < 9 THEN
-        UPDATE {table} SET a = a + 1, c = c || '-u', h = h + 1 WHERE id = na - 3 - (op - 7);
-      ELSE
-        DELETE FROM {table} WHERE id = na - 50;
-      END IF;
-    ELSE
-      IF op < 7 OR nb < 60 THEN
-        INSERT INTO {table}_orders SELECT g, {orders} FROM (SELECT nb AS g) s;
-        nb := nb + 1;
-      ELSIF op < 9 THEN
-        UPDATE {table}_orders SET status = 'paid', amount = amount + 1 WHERE id = nb - 3 - (op - 7);
-      ELSE
-        DELETE FROM {table}_orders WHERE id = nb - 50;
-      END IF;
-    END IF;
+{body}
     IF (i + 1) % {k} = 0 THEN
       COMMIT;
     END IF;
   END LOOP;
   COMMIT;
 END $$"""
+
+
+def _oltp_procedure(table, n, k):
+    """SQL of a procedure that runs the oltp workload on `table` and `table`_orders: n
+    changes, a COMMIT after every k. Change i goes to the orders table when i % 4 == 3,
+    else to the narrow table, each as _table_step says (the update: the narrow table's
+    a, c and h; orders' status and amount)."""
+    narrow = _table_step(table, "na", NARROW_COLS, "a = a + 1, c = c || '-u', h = h + 1")
+    orders = _table_step(f"{table}_orders", "nb", ORDERS_COLS, "status = 'paid', amount = amount + 1")
+    narrow, orders = (textwrap.indent(step, "  ") for step in (narrow, orders))
+    return _procedure(table, n, k, ["na", "nb"], f"IF i % 4 <> 3 THEN\n{narrow}\nELSE\n{orders}\nEND IF;")
 
 
 def _run_workload(cur, table, cols, n, kind):
