@@ -25,6 +25,8 @@ cdef struct Buf:
     Py_ssize_t hint        # bytes the previous export of this Buf held: first growth target
     Py_ssize_t hw          # bytes of its block that may be resident from an earlier user
                            # (what the cache counted the block at), else 0
+    Py_ssize_t last        # bytes its last hand-over held (what the next Decoder's hint
+                           # is scaled from)
 
 
 cdef struct Column
@@ -351,6 +353,14 @@ def buffer_cache_info():
             "grown_bytes": _grown_bytes}
     pgo_cache_unlock()
     return info
+
+
+def _buffer_cache_blocks():
+    """The cache's blocks as (size, cost) pairs, largest first (for tests and tracing)."""
+    pgo_cache_lock()
+    blocks = [(_cache_size[i], _cache_cost[i]) for i in range(_cache_n)]
+    pgo_cache_unlock()
+    return sorted(blocks, reverse=True)
 
 
 cdef inline int buf_reserve(Buf *b, Py_ssize_t extra) noexcept nogil:
@@ -857,6 +867,7 @@ cdef object _take_buf(Buf *b, Py_ssize_t exact):
         if p != NULL:
             b.data = p
             b.cap = cap
+    b.last = exact
     if exact > b.hint:
         b.hint = exact
     elif exact < b.hint >> 2:

@@ -159,8 +159,7 @@ cdef void ev_hints_keep(EvStore *e, Py_ssize_t feed_bytes) noexcept nogil:
     if ev_bufs(e, bufs) < 0:
         return
     for i in range(EV_NBUFS):
-        if bufs[i].hint:
-            _ev_hint[i] = bufs[i].hint
+        _ev_hint[i] = bufs[i].last
     _ev_hint_feed = feed_bytes
 
 

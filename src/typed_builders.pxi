@@ -98,8 +98,8 @@ cdef void rel_hint_keep(uint32_t relid, int ncols, Buf **bufs, int n,
         h.relid = relid
         h.ncols = ncols
     for i in range(n):
-        if bufs[i] != NULL and bufs[i].hint:
-            h.sizes[i] = bufs[i].hint
+        if bufs[i] != NULL:
+            h.sizes[i] = bufs[i].last
     h.feed_bytes = feed_bytes
 
 _META_COLUMNS = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_origin")

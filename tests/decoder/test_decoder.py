@@ -216,6 +216,48 @@ def test_change_event_buffers_come_from_the_cache_after_a_workload_switch():
         assert fresh() - before == 0
 
 
+@pytest.mark.skipif(not NATIVE, reason="the native block cache")
+@pytest.mark.parametrize("width", [36, 120])
+def test_change_event_buffers_come_from_the_cache_after_a_switch_to_longer_values(width):
+    """Short values, then longer ones (new Decoders, each batch's output dropped before
+    the next): from the new workload's second batch on, no buffer of 64 KiB or more is
+    given fresh memory. The kept sizes are scaled by the bytes of the feed, which grow
+    with the values but not the per-row metadata columns: a next Decoder's sizes must
+    come from the last batch's hand-over, not stay at the first guess (that left the
+    metadata buffers asking for more than they held, taking the blocks the values were
+    handed over in, and the values buffer grew into fresh pages on every batch)."""
+    import random
+
+    from pgoutput_fast import _native
+
+    rnd = random.Random(5)
+
+    def batch(n, w):
+        notes = ["".join(rnd.choice("0123456789abcdef") for _ in range(w)) for _ in range(n)]
+        return enc(rel_orders(), *txn(700, 9000, *[ins(i, notes[i], i) for i in range(n)]))
+
+    def fresh():
+        return _native.buffer_cache_info()["fresh_bytes"]
+
+    short, long = batch(100_000, 5), batch(100_000, width)
+    limit = _native.buffer_cache_info()["limit"]
+    _native.set_buffer_cache_limit(0)       # (an empty cache: what earlier tests left is gone)
+    _native.set_buffer_cache_limit(limit)
+    for _ in range(3):
+        Decoder(tables=False).feed(short)
+    before = fresh()
+    Decoder(tables=False).feed(long)
+    assert fresh() > before                 # (the switch: longer values, some fresh memory)
+    grown = []
+    for _ in range(4):
+        before = fresh()
+        cs = Decoder(tables=False).feed(long)
+        assert cs.events.num_rows == 100_000
+        del cs
+        grown.append(fresh() - before)
+    assert grown == [0, 0, 0, 0], (grown, _native._buffer_cache_blocks())
+
+
 def _small_txn_stream(ntx, seed):
     """(messages, changes): two relations (orders and a copy of it), then ntx
     transactions of 1 to 59 inserts, seven in ten to orders, notes of 0 to 39 bytes."""
