@@ -280,6 +280,16 @@ cdef void release_block(void *p, Py_ssize_t size, Py_ssize_t used) noexcept nogi
         pgo_blk_free(p, <size_t>size)
 
 
+cdef inline bint _more_resident_fit(Py_ssize_t a, Py_ssize_t b, Py_ssize_t want) noexcept nogil:
+    """Of two cached blocks of one size, resident for a and b bytes, whether the first is
+    the better one for a buffer that will write about `want`: the least resident of
+    those resident for all of it (the more resident ones are left for bigger writers),
+    else the most resident (the fewest pages to fault in)."""
+    if a >= want:
+        return b < want or a < b
+    return b < want and a > b
+
+
 cdef void *acquire_block(Py_ssize_t need, Py_ssize_t want, Py_ssize_t *size,
                          Py_ssize_t *cost) noexcept nogil:
     """A cached block for a buffer that needs `need` bytes and would grow to `want`: the
@@ -294,10 +304,13 @@ cdef void *acquire_block(Py_ssize_t need, Py_ssize_t want, Py_ssize_t *size,
     pgo_cache_lock()
     for i in range(_cache_n):
         if _cache_size[i] >= want and _cache_size[i] <= most:
-            if best < 0 or _cache_size[i] < _cache_size[best]:
+            if (best < 0 or _cache_size[i] < _cache_size[best]
+                    or (_cache_size[i] == _cache_size[best]
+                        and _more_resident_fit(_cache_cost[i], _cache_cost[best], want))):
                 best = i
         elif _cache_size[i] >= need and _cache_size[i] < want:
-            if fit < 0 or _cache_size[i] > _cache_size[fit]:
+            if (fit < 0 or _cache_size[i] > _cache_size[fit]
+                    or (_cache_size[i] == _cache_size[fit] and _cache_cost[i] > _cache_cost[fit])):
                 fit = i
     if best < 0:
         best = fit
