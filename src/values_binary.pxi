@@ -312,98 +312,6 @@ cdef int bin_decimal(Column *c, const unsigned char *p, Py_ssize_t n, const char
     return push_decimal(c, acc, sign == 0x4000 and (acc.lo != 0 or acc.hi != 0), why)
 
 
-cdef int numeric_as_text(Buf *buf, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
-    """numeric_send -> PostgreSQL's numeric_out text (exactly dscale fraction digits)."""
-    cdef int nd, weight, first, i, d, k4, j
-    cdef uint16_t sign, dscale
-    cdef const unsigned char *digits
-    cdef unsigned char *out
-    cdef Py_ssize_t k = 0, maxlen, endk
-    cdef bint nonzero = False
-    cdef unsigned int dig
-    if n < 8:
-        why[0] = b"truncated binary numeric"
-        return -1
-    nd = pgo_be16s(p)
-    weight = pgo_be16s(p + 2)
-    sign = pgo_be16(p + 4)
-    dscale = pgo_be16(p + 6)
-    if nd < 0 or n != 8 + 2 * <Py_ssize_t>nd:
-        why[0] = b"binary numeric length does not match its digit count"
-        return -1
-    for i in range(nd):
-        if pgo_be16(p + 8 + 2 * i) > 9999:
-            why[0] = b"invalid digit in binary numeric"
-            return -1
-    if sign == 0xC000:                            # special values: dscale is junk
-        return buf_push(buf, b"NaN", 3, why)
-    if sign == 0xD000:
-        return buf_push(buf, b"Infinity", 8, why)
-    if sign == 0xF000:
-        return buf_push(buf, b"-Infinity", 9, why)
-    if (sign != 0 and sign != 0x4000) or dscale & 0xC000:
-        why[0] = b"invalid sign or scale in binary numeric"
-        return -1
-    # normalise like the server (make_result): drop leading zero groups
-    first = 0
-    while first < nd and pgo_be16(p + 8 + 2 * first) == 0:
-        first += 1
-    digits = p + 8 + 2 * first
-    nd -= first
-    weight -= first
-    if nd == 0:
-        weight = 0
-    # the sign is printed only if a printed digit is nonzero (trunc_var + make_result)
-    for i in range(nd):
-        dig = pgo_be16(digits + 2 * i)
-        if dig == 0:
-            continue
-        if i <= weight:
-            nonzero = True
-            break
-        k4 = 4 * (i - weight - 1)                 # fraction digits before this group
-        if k4 >= dscale:
-            break
-        if dscale - k4 >= 4 or dig // <unsigned int>pgo_pow10_u128[4 - (dscale - k4)].lo:
-            nonzero = True
-            break
-    maxlen = 2 + (4 * (<Py_ssize_t>weight + 1) if weight >= 0 else 1) + 1 + dscale + 4
-    out = buf_room(buf, maxlen, why)
-    if out == NULL:
-        return -1
-    if sign == 0x4000 and nonzero:
-        out[k] = 45
-        k += 1
-    if weight < 0:
-        out[k] = 48
-        k += 1
-    else:
-        for d in range(weight + 1):
-            dig = pgo_be16(digits + 2 * d) if d < nd else 0
-            if d == 0:
-                k += put_uint(out + k, dig)
-            else:
-                for j in range(3, -1, -1):
-                    out[k + j] = <unsigned char>(48 + dig % 10)
-                    dig //= 10
-                k += 4
-    if dscale > 0:
-        out[k] = 46
-        k += 1
-        endk = k + dscale
-        d = weight + 1
-        while k < endk:
-            dig = pgo_be16(digits + 2 * d) if 0 <= d < nd else 0
-            for j in range(3, -1, -1):
-                out[k + j] = <unsigned char>(48 + dig % 10)
-                dig //= 10
-            k += 4
-            d += 1
-        k = endk
-    buf.len += k
-    return 0
-
-
 cdef int timetz_as_text(Buf *buf, const unsigned char *p, Py_ssize_t n, const char **why) noexcept nogil:
     cdef int64_t us
     cdef int32_t zone
@@ -646,7 +554,7 @@ cdef int _parse_binary(Column *c, const unsigned char *p, Py_ssize_t n, const ch
     elif kind == K_DECIMAL:
         return bin_decimal(c, p, n, why)
     elif kind == K_NUMERIC_STR:
-        return numeric_as_text(&c.data, p, n, why)
+        return fmt_numeric(&c.data, p, n, why)     # (the change events' writer: one text)
     elif kind == K_TIMESTAMPTZ or kind == K_TIMESTAMP:
         if n != 8:
             why[0] = WHY_BIN_LEN

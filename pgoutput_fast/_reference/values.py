@@ -26,6 +26,7 @@ from fractions import Fraction
 import pyarrow as pa
 
 from ..errors import DecodeError
+from . import textformat as _tf
 from ..types import (
     KIND_NAMES,
     K_UNKNOWN, K_BOOL, K_INT2, K_INT4, K_INT8, K_OID, K_FLOAT4, K_FLOAT8, K_DECIMAL,
@@ -494,26 +495,12 @@ def _bin_decimal(data: bytes, precision: int, scale: int):
 
 
 def _bin_numeric_str(data: bytes) -> bytes:
-    """numeric_out of the value: exactly dscale fraction digits (truncated), '-' only when
-    a printed digit is nonzero. Built from the digit string (no huge int -> str)."""
-    weight, sign, dscale, digits = _numeric_fields(data)
-    special = {0xC000: b"NaN", 0xD000: b"Infinity", 0xF000: b"-Infinity"}
-    if sign in special:
-        return special[sign]
-    if sign not in (0, 0x4000) or dscale & 0xC000:
-        raise _Bad("invalid sign or scale in binary numeric")
-    s = "".join(f"{d:04d}" for d in digits)
-    point = 4 * (weight + 1)  # position of the decimal point within s
-    if point < 0:
-        s, point = "0" * -point + s, 0
-    if point > len(s):
-        s = s.ljust(point, "0")
-    int_part = s[:point].lstrip("0") or "0"
-    frac = s[point:][:dscale].ljust(dscale, "0")
-    text = int_part + ("." + frac if dscale else "")
-    if sign == 0x4000 and (int_part + frac).strip("0"):
-        text = "-" + text
-    return text.encode("ascii")
+    """numeric_out of the value, as the change-event table writes it (one writer of a
+    numeric's text, and its reasons)."""
+    try:
+        return _tf._fmt_numeric(data).encode("ascii")
+    except _tf._Malformed as e:
+        raise _Bad(str(e)) from None
 
 
 def _fmt_clock(us: int) -> str:
