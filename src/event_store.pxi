@@ -151,15 +151,17 @@ cdef int ev_hints_take(EvStore *e, Py_ssize_t feed_bytes) noexcept nogil:
 
 
 cdef void ev_hints_keep(EvStore *e, Py_ssize_t feed_bytes) noexcept nogil:
-    """Remember e's hand-over sizes (its Buf hints) for the next Decoder, with the bytes
-    of the feed that wrote them."""
+    """Remember e's hand-over sizes (what each buffer's last hand-over held: Buf.last,
+    not its hint, which shrinks only below a quarter) for the next Decoder, with the
+    bytes of the feed that wrote them."""
     global _ev_hint_feed
     cdef Buf *bufs[EV_NBUFS]
     cdef int i
     if ev_bufs(e, bufs) < 0:
         return
     for i in range(EV_NBUFS):
-        _ev_hint[i] = bufs[i].last
+        if bufs[i].last >= 4096:         # (under: no hint; and one that held nothing says nothing of the next)
+            _ev_hint[i] = bufs[i].last
     _ev_hint_feed = feed_bytes
 
 

@@ -85,7 +85,8 @@ cdef void rel_hint_apply(Buf **bufs, int n, int lo, const RelHint *h,
 
 cdef void rel_hint_keep(uint32_t relid, int ncols, Buf **bufs, int n,
                         Py_ssize_t feed_bytes) noexcept nogil:
-    """Remember a relation's hand-over sizes (its Buf hints) for the next Decoder."""
+    """Remember a relation's hand-over sizes (Buf.last, as ev_hints_keep) for the next
+    Decoder."""
     cdef RelHint *h = &_rel_hint[relid % REL_HINT_SLOTS]
     cdef Py_ssize_t *sizes
     cdef int i
@@ -98,7 +99,7 @@ cdef void rel_hint_keep(uint32_t relid, int ncols, Buf **bufs, int n,
         h.relid = relid
         h.ncols = ncols
     for i in range(n):
-        if bufs[i] != NULL:
+        if bufs[i] != NULL and bufs[i].last >= 4096:   # (as ev_hints_keep)
             h.sizes[i] = bufs[i].last
     h.feed_bytes = feed_bytes
 

@@ -322,6 +322,40 @@ def test_steady_state_writes_into_resident_pages(events):
 
 
 @pytest.mark.skipif(not NATIVE, reason="the native builders' size hints")
+@pytest.mark.parametrize("kw", [dict(events=False), dict(tables=False)], ids=["typed", "events"])
+def test_a_batch_without_old_images_keeps_their_sizes(kw):
+    """Batches of updates with old images (REPLICA IDENTITY FULL) and batches of inserts
+    alone, each decoded by a new Decoder: a batch that wrote no old image says nothing of
+    the next one's, so the old images' buffers of the next batch of updates still start
+    at the sizes the last one handed over, and grow through no copies. (Keeping the
+    empty batch's sizes made them grow from nothing again after every batch of
+    inserts.)"""
+    from pgoutput_fast import _native
+
+    n = 40_000
+    updates = enc(rel_orders(), *txn(1, 0x1000, *[
+        Update(ORDERS, "O", (t(i), t("old note %d" % i), t(i)), (t(i), t("new note %d" % i), t(i + 1)))
+        for i in range(n)]))
+    inserts = enc(rel_orders(), *txn(2, 0x2000, *[ins(i, "note %d" % i, i) for i in range(2 * n)]))
+
+    def grown(raw):
+        before = _native.buffer_cache_info()["grown_bytes"]
+        cs = Decoder(**kw).feed(raw)
+        del cs
+        return _native.buffer_cache_info()["grown_bytes"] - before
+
+    for _ in range(3):
+        grown(updates)
+    steady = grown(updates)             # (the sizes as kept: small buffers, under 64 KiB, grow)
+    assert steady < 64 << 10, steady
+    after_inserts = []
+    for _ in range(3):
+        grown(inserts)
+        after_inserts.append(grown(updates))
+    assert after_inserts == [steady] * 3, (steady, after_inserts)
+
+
+@pytest.mark.skipif(not NATIVE, reason="the native builders' size hints")
 def test_a_new_decoder_starts_typed_buffers_at_the_last_hand_over_sizes():
     """Each batch decoded by a new Decoder (a Spark task, a piece of decode_parallel):
     the typed tables' buffers start at the sizes the same relations' buffers were handed
