@@ -98,7 +98,8 @@ cdef inline double hint_scale(Py_ssize_t feed_bytes, Py_ssize_t kept_feed) noexc
 # costs no memory (pages are touched when written, and trimmed at hand-over).
 DEF EV_NBUFS = 29
 cdef Py_ssize_t _ev_hint[EV_NBUFS]
-cdef Py_ssize_t _ev_hint_feed = 0       # the bytes of the feed whose rows they held (0: unknown)
+cdef Py_ssize_t _ev_hint_feed[EV_NBUFS]  # each one's feed: the bytes of the feed whose rows
+                                         # it held (0: unknown)
 
 
 cdef int ev_bufs(EvStore *e, Buf **out) noexcept nogil:
@@ -136,7 +137,6 @@ cdef int ev_hints_take(EvStore *e, Py_ssize_t feed_bytes) noexcept nogil:
     feed_bytes as the typed builders' are (hint_scale). -1: no memory."""
     cdef Buf *bufs[EV_NBUFS]
     cdef int i
-    cdef double scale = hint_scale(feed_bytes, _ev_hint_feed)
     cdef Py_ssize_t size
     if ev_bufs(e, bufs) < 0:
         return -1
@@ -144,7 +144,7 @@ cdef int ev_hints_take(EvStore *e, Py_ssize_t feed_bytes) noexcept nogil:
         return 0
     for i in range(EV_NBUFS):
         if bufs[i].hint == 0:
-            size = <Py_ssize_t>(<double>_ev_hint[i] * scale)
+            size = <Py_ssize_t>(<double>_ev_hint[i] * hint_scale(feed_bytes, _ev_hint_feed[i]))
             if size >= 4096:                     # (smaller: the usual growth is as good)
                 bufs[i].hint = size
     return 0
@@ -154,7 +154,6 @@ cdef void ev_hints_keep(EvStore *e, Py_ssize_t feed_bytes) noexcept nogil:
     """Remember e's hand-over sizes (what each buffer's last hand-over held: Buf.last,
     not its hint, which shrinks only below a quarter) for the next Decoder, with the
     bytes of the feed that wrote them."""
-    global _ev_hint_feed
     cdef Buf *bufs[EV_NBUFS]
     cdef int i
     if ev_bufs(e, bufs) < 0:
@@ -162,7 +161,7 @@ cdef void ev_hints_keep(EvStore *e, Py_ssize_t feed_bytes) noexcept nogil:
     for i in range(EV_NBUFS):
         if bufs[i].last >= 4096:         # (under: no hint; and one that held nothing says nothing of the next)
             _ev_hint[i] = bufs[i].last
-    _ev_hint_feed = feed_bytes
+            _ev_hint_feed[i] = feed_bytes
 
 
 cdef void ev_truncate(EvStore *e, Py_ssize_t rows) noexcept nogil:

@@ -34,8 +34,10 @@ DEF REL_HINT_FIXED = 9               # the metadata's 7 buffers, before_rows, be
 cdef struct RelHint:
     uint32_t relid
     int ncols
-    Py_ssize_t feed_bytes                # the bytes of the feed whose rows they held (0: unknown)
     Py_ssize_t *sizes                    # REL_HINT_FIXED + 6 * ncols (rel_hint_bufs' order)
+    Py_ssize_t *feeds                    # each size's feed: the bytes of the feed whose rows
+                                         # it held (0: unknown). Per size: one a feed leaves
+                                         # as it was goes with the feed that wrote it
 
 
 cdef RelHint _rel_hint[REL_HINT_SLOTS]
@@ -74,11 +76,10 @@ cdef void rel_hint_apply(Buf **bufs, int n, int lo, const RelHint *h,
     """Start the empty buffers bufs[lo..n) (those without a hint) at the sizes kept,
     scaled from the feed they were kept from to a feed of feed_bytes (hint_scale)."""
     cdef int i
-    cdef double scale = hint_scale(feed_bytes, h.feed_bytes)
     cdef Py_ssize_t size
     for i in range(lo, n):
         if bufs[i] != NULL and bufs[i].hint == 0:
-            size = <Py_ssize_t>(<double>h.sizes[i] * scale)
+            size = <Py_ssize_t>(<double>h.sizes[i] * hint_scale(feed_bytes, h.feeds[i]))
             if size >= 4096:                     # (smaller: the usual growth is as good)
                 bufs[i].hint = size
 
@@ -91,17 +92,18 @@ cdef void rel_hint_keep(uint32_t relid, int ncols, Buf **bufs, int n,
     cdef Py_ssize_t *sizes
     cdef int i
     if h.sizes == NULL or h.relid != relid or h.ncols != ncols:
-        sizes = <Py_ssize_t *>calloc(<size_t>n, sizeof(Py_ssize_t))
+        sizes = <Py_ssize_t *>calloc(<size_t>(2 * n), sizeof(Py_ssize_t))
         if sizes == NULL:
             return                           # (only a hint)
         free(h.sizes)
         h.sizes = sizes
+        h.feeds = sizes + n
         h.relid = relid
         h.ncols = ncols
     for i in range(n):
         if bufs[i] != NULL and bufs[i].last >= 4096:   # (as ev_hints_keep)
             h.sizes[i] = bufs[i].last
-    h.feed_bytes = feed_bytes
+            h.feeds[i] = feed_bytes
 
 _META_COLUMNS = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_origin")
 
