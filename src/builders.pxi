@@ -26,7 +26,7 @@ cdef struct Buf:
     Py_ssize_t hw          # bytes of its block that may be resident from an earlier user
                            # (what the cache counted the block at), else 0
     Py_ssize_t last        # bytes its last hand-over held (what the next Decoder's hint
-                           # is scaled from, unless 0)
+                           # is scaled from, when 4 KiB or more)
 
 
 cdef struct Column

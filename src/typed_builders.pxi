@@ -105,6 +105,17 @@ cdef void rel_hint_keep(uint32_t relid, int ncols, Buf **bufs, int n,
             h.sizes[i] = bufs[i].last
             h.feeds[i] = feed_bytes
 
+def _kept_sizes(uint32_t relid, int ncols):
+    """The sizes kept for a relation's next Decoder, as (size, feed bytes) pairs in
+    rel_hint_bufs' order (the metadata's 7 buffers, before_rows, before_kind, then data,
+    offsets and validity of each column, then of each old-image column); None if none
+    are kept (for tests)."""
+    cdef RelHint *h = &_rel_hint[relid % REL_HINT_SLOTS]
+    if h.sizes == NULL or h.relid != relid or h.ncols != ncols:
+        return None
+    return [(h.sizes[i], h.feeds[i]) for i in range(REL_HINT_FIXED + 6 * ncols)]
+
+
 _META_COLUMNS = ("_op", "_lsn", "_commit_lsn", "_commit_ts", "_xid", "_seq", "_origin")
 
 

@@ -353,6 +353,18 @@ def test_a_batch_without_old_images_keeps_their_sizes(kw):
         grown(inserts)
         after_inserts.append(grown(updates))
     assert after_inserts == [steady] * 3, (steady, after_inserts)
+    if kw.get("events", True) is False:
+        # each kept size goes with the feed that wrote it: the old images' with the
+        # updates' (a batch of inserts left them as they were), the rest with the last
+        fixed, ncols = 9, 3                  # (rel_hint_bufs' order: the old images last)
+        old_images = _native._kept_sizes(ORDERS, 3)[fixed + 3 * ncols:]
+        grown(inserts)
+        kept = _native._kept_sizes(ORDERS, 3)
+        assert kept[fixed + 3 * ncols:] == old_images, kept
+        feeds_updates = {f for s_, f in old_images if s_}
+        feeds_inserts = {f for s_, f in kept[:7] if s_}
+        assert len(feeds_updates) == 1 and len(feeds_inserts) == 1, kept
+        assert feeds_updates != feeds_inserts, kept
 
 
 @pytest.mark.skipif(not NATIVE, reason="the native builders' size hints")
