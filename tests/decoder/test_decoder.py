@@ -176,6 +176,22 @@ def test_output_buffers_grow_through_the_block_cache(one_decoder):
 
 
 
+def _empty_block_cache():
+    """Empty the process's block cache (what earlier tests left there is gone), keeping
+    its limit."""
+    from pgoutput_fast import _native
+
+    limit = _native.buffer_cache_info()["limit"]
+    _native.set_buffer_cache_limit(0)
+    _native.set_buffer_cache_limit(limit)
+
+
+def _insert_batch(rnd, n, width, alphabet):
+    """One transaction of n inserts into orders, notes of `width` characters of alphabet."""
+    notes = ["".join(rnd.choice(alphabet) for _ in range(width)) for _ in range(n)]
+    return enc(rel_orders(), *txn(700, 9000, *[ins(i, notes[i], i) for i in range(n)]))
+
+
 @pytest.mark.skipif(not NATIVE, reason="the native block cache")
 def test_change_event_buffers_come_from_the_cache_after_a_workload_switch():
     """The change-event table of one workload, then of another whose outputs are of other
@@ -193,16 +209,13 @@ def test_change_event_buffers_come_from_the_cache_after_a_workload_switch():
     rnd = random.Random(11)
 
     def batch(n, width):
-        notes = ["".join(rnd.choice("abcdefghij") for _ in range(width)) for _ in range(n)]
-        return enc(rel_orders(), *txn(700, 9000, *[ins(i, notes[i], i) for i in range(n)]))
+        return _insert_batch(rnd, n, width, "abcdefghij")
 
     def fresh():
         return _native.buffer_cache_info()["fresh_bytes"]
 
     first, second = batch(20_000, 300), batch(150_000, 4)
-    limit = _native.buffer_cache_info()["limit"]
-    _native.set_buffer_cache_limit(0)       # (an empty cache: what earlier tests left is gone)
-    _native.set_buffer_cache_limit(limit)
+    _empty_block_cache()
     for _ in range(3):
         Decoder(tables=False).feed(first)
     before = fresh()
@@ -233,16 +246,13 @@ def test_change_event_buffers_come_from_the_cache_after_a_switch_to_longer_value
     rnd = random.Random(5)
 
     def batch(n, w):
-        notes = ["".join(rnd.choice("0123456789abcdef") for _ in range(w)) for _ in range(n)]
-        return enc(rel_orders(), *txn(700, 9000, *[ins(i, notes[i], i) for i in range(n)]))
+        return _insert_batch(rnd, n, w, "0123456789abcdef")
 
     def fresh():
         return _native.buffer_cache_info()["fresh_bytes"]
 
     short, long = batch(100_000, 5), batch(100_000, width)
-    limit = _native.buffer_cache_info()["limit"]
-    _native.set_buffer_cache_limit(0)       # (an empty cache: what earlier tests left is gone)
-    _native.set_buffer_cache_limit(limit)
+    _empty_block_cache()
     for _ in range(3):
         Decoder(tables=False).feed(short)
     before = fresh()
@@ -309,9 +319,7 @@ def test_steady_state_writes_into_resident_pages(events):
     from pgoutput_fast import _native
 
     raw, changes = _small_txn_stream(8000, 5)
-    limit = _native.buffer_cache_info()["limit"]
-    _native.set_buffer_cache_limit(0)       # (an empty cache: what earlier tests left is gone)
-    _native.set_buffer_cache_limit(limit)
+    _empty_block_cache()
     held = []
     for _ in range(10):
         cs = Decoder(events=events).feed(raw)
@@ -414,9 +422,7 @@ def test_size_hints_scale_with_the_bytes_of_the_feed(kw):
 
     (small, _), (large, _) = _small_txn_stream(1000, 3), _small_txn_stream(4000, 4)
     assert len(small.buffers()[2]) >= 1 << 20                 # (what scaling up asks of the kept feed)
-    limit = _native.buffer_cache_info()["limit"]
-    _native.set_buffer_cache_limit(0)       # (an empty cache: what earlier tests left is gone)
-    _native.set_buffer_cache_limit(limit)
+    _empty_block_cache()
     first = Decoder(**kw)
     first.feed(small)
     catalog = first.catalog                                   # (both relations: a piece of decode_parallel)

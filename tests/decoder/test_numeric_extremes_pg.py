@@ -17,6 +17,7 @@ import pytest
 import pgoutput_fast
 from pgoutput_fast import sqlcapture
 from pgoutput_fast.local_server import find_bindir
+from tests.support.pg_publish import drop_published, publish
 
 SCHEMA = "pgo_numx"
 SLOT = "pgo_numx_slot"
@@ -47,15 +48,10 @@ def captured(request):
     cap = pg.connect()
     cur = conn.cursor()
     try:
-        cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                    "WHERE slot_name = %s", (SLOT,))
-        cur.execute(f"DROP PUBLICATION IF EXISTS {PUB}")
-        cur.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+        drop_published(cur, SCHEMA, SLOT, PUB)
         cur.execute(f"CREATE SCHEMA {SCHEMA}")
         cur.execute(f"CREATE TABLE {TABLE} (id int PRIMARY KEY, n int, v numeric)")
-        cur.execute(f"ALTER TABLE {TABLE} REPLICA IDENTITY FULL")
-        cur.execute(f"CREATE PUBLICATION {PUB} FOR TABLE {TABLE}")
-        cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (SLOT,))
+        publish(cur, TABLE, SLOT, PUB)
         for rid, expr in VALUES.items():
             cur.execute(f"INSERT INTO {TABLE} VALUES ({rid}, 0, {expr})")
         cur.execute(f"UPDATE {TABLE} SET n = n + 1")  # old and new row carry the value
@@ -69,10 +65,7 @@ def captured(request):
         yield captures, truth
     finally:
         try:
-            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                        "WHERE slot_name = %s", (SLOT,))
-            cur.execute(f"DROP PUBLICATION IF EXISTS {PUB}")
-            cur.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+            drop_published(cur, SCHEMA, SLOT, PUB)
         finally:
             conn.close()
             cap.close()

@@ -23,6 +23,7 @@ import pytest
 import pgoutput_fast
 from pgoutput_fast import sqlcapture
 from pgoutput_fast.local_server import find_bindir
+from tests.support.pg_publish import drop_published, publish
 from pgoutput_fast.spark.apply import events_batch_to_typed
 
 SCHEMA = "pgo_uarr"
@@ -96,19 +97,14 @@ def captured(request):
     cap = pg.connect()
     cur = conn.cursor()
     try:
-        cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                    "WHERE slot_name = %s", (SLOT,))
-        cur.execute(f"DROP PUBLICATION IF EXISTS {PUB}")
-        cur.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+        drop_published(cur, SCHEMA, SLOT, PUB)
         cur.execute(f"CREATE SCHEMA {SCHEMA}")
         cur.execute(f"CREATE TYPE {SCHEMA}.mood AS ENUM ({', '.join(['%s'] * len(LABELS))})", LABELS)
         cur.execute(f"CREATE TYPE {SCHEMA}.comp AS (a int, b text)")
         cur.execute(f"CREATE DOMAIN {SCHEMA}.posint AS int4")
         cur.execute(f"CREATE TABLE {TABLE} (id int PRIMARY KEY, n int, m {SCHEMA}.mood[], "
                     f"c {SCHEMA}.comp[], p point[], d {SCHEMA}.posint[])")
-        cur.execute(f"ALTER TABLE {TABLE} REPLICA IDENTITY FULL")
-        cur.execute(f"CREATE PUBLICATION {PUB} FOR TABLE {TABLE}")
-        cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (SLOT,))
+        publish(cur, TABLE, SLOT, PUB)
         for rid, lits in ROWS.items():
             m, c, p, d = (x.replace("{s}", SCHEMA) for x in lits)
             cur.execute(f"INSERT INTO {TABLE} VALUES ({rid}, 0, {m}::{SCHEMA}.mood[], {c}::{SCHEMA}.comp[], "
@@ -122,10 +118,7 @@ def captured(request):
         yield captures, truth
     finally:
         try:
-            cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                        "WHERE slot_name = %s", (SLOT,))
-            cur.execute(f"DROP PUBLICATION IF EXISTS {PUB}")
-            cur.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+            drop_published(cur, SCHEMA, SLOT, PUB)
         finally:
             conn.close()
             cap.close()
