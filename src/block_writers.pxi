@@ -347,3 +347,96 @@ cdef Py_ssize_t ev_block(EvStore *e, const EvRel *v, Ctx *ctx, const MsgRef *ref
         e.trunc.len += done
         e.toast_off.len += 4 * done
     return i + done
+
+
+cdef Py_ssize_t ev_mixed(EvStore *e, const EvRel *evr, const int32_t *grp, Ctx *ctx,
+                         const MsgRef *refs, Py_ssize_t i, Py_ssize_t j) noexcept nogil:
+    """The change-event rows of a transaction's changes refs[i..j) (a window's, xo 0), of
+    any relations and shapes in any order: each change's tuples read and written into
+    the maps (ev_tuple) with its relation's EvRel, evr[grp[r - i]], then the rows'
+    metadata a column at a time. ev_block's blocks are runs of one relation and one
+    shape, and a stream of small transactions of a few tables and an insert / update /
+    delete mix cut them to one or two rows each, each paying the block's set-up.
+    Returns the first row not written (the row-wise scan takes it from there, as after
+    ev_block); -1: out of memory."""
+    cdef Py_ssize_t rows = j - i, done = 0, base, r, pos, end
+    cdef const unsigned char *p
+    cdef const EvRel *v
+    cdef int32_t endo, zero = 0
+    cdef int ncols
+    cdef uint8_t t, tk
+    cdef unsigned char *bk
+    base = e.meta.rows
+    while done < rows:
+        if done + BLOCK_PREFETCH < rows:
+            pgo_prefetch(refs[i + done + BLOCK_PREFETCH].p)
+        p = refs[i + done].p
+        end = refs[i + done].n
+        v = &evr[grp[done]]
+        ncols = v.ncols
+        if ncols <= 0 or end < 8 or pgo_be32(p + 1) != <uint32_t>v.relid or pgo_be16s(p + 6) != ncols:
+            break
+        t = p[0]
+        tk = p[5]
+        if tk == TUPLE_NEW and (t == MSG_INSERT or t == MSG_UPDATE):
+            if map_end_row(&e.before, 0) < 0:
+                pos = -2
+                break
+            pos = ev_tuple(&e.after, p, 8, end, ncols, v.names, v.name_end, v.is_key,
+                           False, v.ctype, v.fmemo)
+            if pos < 0:
+                break
+        elif (tk == TUPLE_KEY or tk == TUPLE_OLD) and (t == MSG_UPDATE or t == MSG_DELETE):
+            pos = ev_tuple(&e.before, p, 8, end, ncols, v.names, v.name_end, v.is_key,
+                           tk == TUPLE_KEY, v.ctype, v.fmemo)
+            if pos < 0:
+                break
+            if t == MSG_DELETE:
+                if map_end_row(&e.after, 0) < 0:
+                    pos = -2
+                    break
+            else:
+                if end - pos < 3 or p[pos] != TUPLE_NEW or pgo_be16s(p + pos + 1) != ncols:
+                    pos = -1
+                    break
+                pos = ev_tuple(&e.after, p, pos + 3, end, ncols, v.names, v.name_end, v.is_key,
+                               False, v.ctype, v.fmemo)
+                if pos < 0:
+                    break
+        else:
+            pos = -1
+            break
+        if pos != end:
+            pos = -1
+            break
+        done += 1
+    if done < rows:
+        map_truncate(&e.before, base + done)
+        map_truncate(&e.after, base + done)
+        if pos == -2:
+            return -1
+    if done:
+        if (meta_reserve(&e.meta, done) < 0 or buf_reserve(&e.relid, 8 * done) < 0
+                or buf_reserve(&e.rb, 4 * done) < 0 or buf_reserve(&e.before_kind, done) < 0
+                or buf_reserve(&e.trunc, done) < 0 or buf_reserve(&e.toast_off, 4 * (done + 1)) < 0):
+            return -1
+        meta_put_run(&e.meta, refs + i, done, ctx, 0)
+        endo = <int32_t>(e.toast_ids.len >> 2)
+        if e.toast_off.len == 0:
+            memcpy(e.toast_off.data, &zero, 4)
+            e.toast_off.len = 4
+        bk = e.before_kind.data + e.before_kind.len
+        for r in range(done):
+            v = &evr[grp[r]]
+            memcpy(e.relid.data + e.relid.len + 8 * r, &v.relid, 8)
+            memcpy(e.rb.data + e.rb.len + 4 * r, &v.rid, 4)
+            tk = refs[i + r].p[5]
+            bk[r] = 0 if tk == TUPLE_NEW else tk
+            memcpy(e.toast_off.data + e.toast_off.len + 4 * r, &endo, 4)
+        memset(e.trunc.data + e.trunc.len, 0xFF, <size_t>done)
+        e.relid.len += 8 * done
+        e.rb.len += 4 * done
+        e.before_kind.len += done
+        e.trunc.len += done
+        e.toast_off.len += 4 * done
+    return i + done

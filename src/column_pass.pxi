@@ -4,63 +4,12 @@
 
 # -- the row-wise scan ------------------------------------------------------------
 
-cdef inline bint ascii_only(const unsigned char *p, Py_ssize_t n) noexcept nogil:
-    """No byte of p[0..n) has its high bit set (8, then 4 bytes at a time)."""
-    cdef uint64_t word, acc = 0
-    cdef uint32_t half
-    cdef Py_ssize_t i = 0
-    while i + 8 <= n:
-        memcpy(&word, p + i, 8)
-        acc |= word
-        i += 8
-    if i + 4 <= n:
-        memcpy(&half, p + i, 4)
-        acc |= half
-        i += 4
-    while i < n:
-        acc |= p[i]
-        i += 1
-    return (acc & 0x8080808080808080ULL) == 0
-
-
-cdef inline bint copy_ascii(unsigned char *d, const unsigned char *s, Py_ssize_t n) noexcept nogil:
-    """memcpy (the short sizes of typical text values as a few overlapping fixed-size
-    moves instead of a call), and whether no byte of s[0..n) has its high bit set, from
-    the same loads (the overlapping ones cover every byte): a text value is copied and
-    checked in one pass. The copy is made either way (room for n bytes at d)."""
-    cdef uint64_t a, b, c2, d2
-    cdef uint32_t x, y
-    if n <= 16:
-        if n >= 8:
-            memcpy(&a, s, 8)
-            memcpy(&b, s + n - 8, 8)
-            memcpy(d, &a, 8)
-            memcpy(d + n - 8, &b, 8)
-            return ((a | b) & 0x8080808080808080ULL) == 0
-        elif n >= 4:
-            memcpy(&x, s, 4)
-            memcpy(&y, s + n - 4, 4)
-            memcpy(d, &x, 4)
-            memcpy(d + n - 4, &y, 4)
-            return ((x | y) & 0x80808080U) == 0
-        elif n > 0:
-            d[0] = s[0]
-            d[n >> 1] = s[n >> 1]
-            d[n - 1] = s[n - 1]
-            return ((s[0] | s[n >> 1] | s[n - 1]) & 0x80) == 0
-        return True
-    elif n <= 32:
-        memcpy(&a, s, 8)
-        memcpy(&b, s + 8, 8)
-        memcpy(&c2, s + n - 16, 8)
-        memcpy(&d2, s + n - 8, 8)
-        memcpy(d, &a, 8)
-        memcpy(d + 8, &b, 8)
-        memcpy(d + n - 16, &c2, 8)
-        memcpy(d + n - 8, &d2, 8)
-        return ((a | b | c2 | d2) & 0x8080808080808080ULL) == 0
-    memcpy(d, s, <size_t>n)
-    return ascii_only(s, n)
+cdef extern from "text_values.h":
+    # No byte of p[0..n) has its high bit set.
+    bint ascii_only "pgo_ascii_only"(const unsigned char *p, Py_ssize_t n) noexcept nogil
+    # memcpy of n bytes to d, and whether none of them has its high bit set, from the same
+    # loads (always inlined: a text value is copied and checked in one pass).
+    bint copy_ascii "pgo_copy_ascii"(unsigned char *d, const unsigned char *s, Py_ssize_t n) noexcept nogil
 
 
 DEF FAST_BLOCK_ROWS = 1024           # rows a _run_typed_blocks block reserves room for at once

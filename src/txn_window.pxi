@@ -795,37 +795,27 @@ cdef int window_events(EvStore *e, const EvRel *evr, Ctx *ctx, const MsgRef *ref
                        const WinTxn *txns, Py_ssize_t ntx, const int32_t *grp,
                        Py_ssize_t *r_io, Py_ssize_t *a_io) noexcept nogil:
     """The change-event rows of the window's transactions from transaction *r_io's change
-    refs[*a_io] on, in stream order: each transaction's runs of one relation through
-    block_end and ev_block, with that transaction's context in ctx. Stops at a change the
-    block writer does not take: *r_io and *a_io are then that change's (the caller writes
+    refs[*a_io] on, in stream order: each transaction's changes, of any relations and
+    shapes, through ev_mixed, with that transaction's context in ctx. Stops at a change
+    the writer does not take: *r_io and *a_io are then that change's (the caller writes
     it row-wise, then calls again from the next); *r_io == ntx when all are written.
     0, or -1 when memory ran out."""
-    cdef Py_ssize_t r = r_io[0], a = a_io[0], b, j, k, nbytes
+    cdef Py_ssize_t r = r_io[0], a = a_io[0], b, k
     cdef const WinTxn *tx
-    cdef const EvRel *v
-    cdef int olds
     while r < ntx:
         tx = &txns[r]
         if a == tx.begin + 1:
             window_ctx(ctx, tx)
         b = tx.begin + 1 + tx.nchanges
-        while a < b:
-            v = &evr[grp[tx.first + (a - tx.begin - 1)]]
-            j = a
-            if v.ncols > 0:
-                j = block_end(refs, a, b, <uint32_t>v.relid, v.ncols, 0, &olds, &nbytes)
-            if j == a:
-                r_io[0] = r
-                a_io[0] = a
-                return 0
-            k = ev_block(e, v, ctx, refs, a, j, b, olds, 0)
+        if a < b:
+            k = ev_mixed(e, evr, grp + tx.first + (a - tx.begin - 1), ctx, refs, a, b)
             if k < 0:
                 return -1
-            if k < j:
+            if k < b:
                 r_io[0] = r
                 a_io[0] = k
                 return 0
-            a = j
+            a = b
         r += 1
         if r < ntx:
             a = txns[r].begin + 1
