@@ -350,9 +350,9 @@ cdef Py_ssize_t ev_block(EvStore *e, const EvRel *v, Ctx *ctx, const MsgRef *ref
 
 
 cdef Py_ssize_t ev_mixed(EvStore *e, const EvRel *evr, const int32_t *grp, Ctx *ctx,
-                         const MsgRef *refs, Py_ssize_t i, Py_ssize_t j) noexcept nogil:
-    """The change-event rows of a transaction's changes refs[i..j) (a window's, xo 0), of
-    any relations and shapes in any order: each change's tuples read and written into
+                         const MsgRef *refs, Py_ssize_t i, Py_ssize_t j, int xo) noexcept nogil:
+    """The change-event rows of a transaction's changes refs[i..j) (xo 4: a streamed
+    part's, which carry their xid after the type byte, else 0), of any relations and shapes in any order: each change's tuples read and written into
     the maps (ev_tuple) with its relation's EvRel, evr[grp[r - i]], then the rows'
     metadata a column at a time. ev_block's blocks are runs of one relation and one
     shape, and a stream of small transactions of a few tables and an insert / update /
@@ -374,20 +374,21 @@ cdef Py_ssize_t ev_mixed(EvStore *e, const EvRel *evr, const int32_t *grp, Ctx *
         end = refs[i + done].n
         v = &evr[grp[done]]
         ncols = v.ncols
-        if ncols <= 0 or end < 8 or pgo_be32(p + 1) != <uint32_t>v.relid or pgo_be16s(p + 6) != ncols:
+        if (ncols <= 0 or end < 8 + xo or pgo_be32(p + 1 + xo) != <uint32_t>v.relid
+                or pgo_be16s(p + 6 + xo) != ncols):
             break
         t = p[0]
-        tk = p[5]
+        tk = p[5 + xo]
         if tk == TUPLE_NEW and (t == MSG_INSERT or t == MSG_UPDATE):
             if map_end_row(&e.before, 0) < 0:
                 pos = -2
                 break
-            pos = ev_tuple(&e.after, p, 8, end, ncols, v.names, v.name_end, v.is_key,
+            pos = ev_tuple(&e.after, p, 8 + xo, end, ncols, v.names, v.name_end, v.is_key,
                            False, v.ctype, v.fmemo)
             if pos < 0:
                 break
         elif (tk == TUPLE_KEY or tk == TUPLE_OLD) and (t == MSG_UPDATE or t == MSG_DELETE):
-            pos = ev_tuple(&e.before, p, 8, end, ncols, v.names, v.name_end, v.is_key,
+            pos = ev_tuple(&e.before, p, 8 + xo, end, ncols, v.names, v.name_end, v.is_key,
                            tk == TUPLE_KEY, v.ctype, v.fmemo)
             if pos < 0:
                 break
@@ -430,7 +431,7 @@ cdef Py_ssize_t ev_mixed(EvStore *e, const EvRel *evr, const int32_t *grp, Ctx *
             v = &evr[grp[r]]
             memcpy(e.relid.data + e.relid.len + 8 * r, &v.relid, 8)
             memcpy(e.rb.data + e.rb.len + 4 * r, &v.rid, 4)
-            tk = refs[i + r].p[5]
+            tk = refs[i + r].p[5 + xo]
             bk[r] = 0 if tk == TUPLE_NEW else tk
             memcpy(e.toast_off.data + e.toast_off.len + 4 * r, &endo, 4)
         memset(e.trunc.data + e.trunc.len, 0xFF, <size_t>done)

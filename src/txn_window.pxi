@@ -557,30 +557,28 @@ cdef bint replay_part_run(DecoderCore self, const MsgRef *refs, const int32_t *i
     return True
 
 
-cdef int window_events_streamed(DecoderCore self, const MsgRef *refs, Py_ssize_t nch,
-                                list groups, int xo) except -1:
+cdef int window_events_streamed(DecoderCore self, const EvRel *evr, const MsgRef *refs,
+                                Py_ssize_t nch, list groups, int xo) except -1:
     """The change-event rows of a streamed part (xo 4: its changes carry their xid), in
-    stream order: each run of one relation through the block writers as far as they
-    take it, the rest row-wise (window_events is kept for plain changes, whose constant
-    xo the compiler folds into its copy of the block writer)."""
+    stream order: through ev_mixed as far as it takes them, each change it stops at
+    row-wise (which writes it, or raises what is wrong with it)."""
     cdef WinTxn *tx = <WinTxn *>self.win_txn.data
     cdef const int32_t *grp = <const int32_t *>self.win_grp.data
-    cdef Py_ssize_t a = tx.begin + 1, b = tx.begin + 1 + nch, j, k, a0
-    cdef int32_t g
+    cdef Py_ssize_t a = tx.begin + 1, b = tx.begin + 1 + nch, k, a0
     cdef RelBuilders rb
     window_ctx(&self.ctx, tx)
     while a < b:
-        g = grp[a - tx.begin - 1]
-        j = a + 1
-        while j < b and grp[j - tx.begin - 1] == g:
-            j += 1
-        rb = groups[g]
-        k = a
-        while k < j:
-            self._run_event_blocks(refs, &k, j, rb, xo)
-            if k < j:
-                k = self._dml_rows(refs, k, k + 1, &a0, rb, xo)
-        a = j
+        if b - a >= WIN_NOGIL_CHANGES:
+            with nogil:
+                k = ev_mixed(&self.ev, evr, grp + (a - tx.begin - 1), &self.ctx, refs, a, b, xo)
+        else:
+            k = ev_mixed(&self.ev, evr, grp + (a - tx.begin - 1), &self.ctx, refs, a, b, xo)
+        if k < 0:
+            raise MemoryError()
+        if k < b:
+            rb = groups[grp[k - tx.begin - 1]]
+            k = self._dml_rows(refs, k, k + 1, &a0, rb, xo)
+        a = k
     return 0
 
 
@@ -615,7 +613,7 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
             r = 0
             a = txns[0].begin + 1
             if xo:
-                window_events_streamed(self, refs, nch, groups, xo)
+                window_events_streamed(self, evr, refs, nch, groups, xo)
                 r = ntx                          # (a part: one transaction)
             while r < ntx:
                 # the block writer over the window's transactions from (r, a), without
@@ -808,7 +806,7 @@ cdef int window_events(EvStore *e, const EvRel *evr, Ctx *ctx, const MsgRef *ref
             window_ctx(ctx, tx)
         b = tx.begin + 1 + tx.nchanges
         if a < b:
-            k = ev_mixed(e, evr, grp + tx.first + (a - tx.begin - 1), ctx, refs, a, b)
+            k = ev_mixed(e, evr, grp + tx.first + (a - tx.begin - 1), ctx, refs, a, b, 0)
             if k < 0:
                 return -1
             if k < b:
