@@ -162,7 +162,7 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
     memset(&starts, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
     memset(&data, 0, sizeof(Buf)); memset(&valid, 0, sizeof(Buf)); memset(&runs, 0, sizeof(Buf))
     encoded = [v.encode("utf-8") for v in values]
-    blob = b"".join(encoded)
+    blob = b"".join(encoded) + bytes(16)       # (16 bytes past the last name: see below)
     src = PyBytes_AS_STRING(blob)
     try:
         if buf_reserve(&starts, 4 * (nv + 1)) < 0:
@@ -217,6 +217,18 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
                 continue
             ln = st[k + 1] - st[k]
             run = <Py_ssize_t>ln * (r - i)
+            if ln <= 16 and r - i < 8:
+                # a short run of a short name (tables interleaved in small transactions):
+                # a fixed 16-byte copy per row (the blob and the data have 16 bytes of
+                # room past their ends), where memcpy calls of a variable size cost more
+                for q in range(i, r):
+                    memcpy(d + end, src + st[k], 16)
+                    end += ln
+                    o[q + 1] = end
+                if nulls:
+                    for q in range(i, r):
+                        valid.data[q >> 3] |= <unsigned char>(1 << (q & 7))
+                continue
             if ln:
                 memcpy(d + end, src + st[k], <size_t>ln)
                 filled = ln
