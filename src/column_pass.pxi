@@ -585,6 +585,9 @@ cdef Py_ssize_t ev_tuple(MapB *mb, const unsigned char *p, Py_ssize_t pos, Py_ss
     cdef uint8_t kind
     cdef const unsigned char *v
     cdef const char *why = NULL
+    cdef unsigned char *dd
+    cdef unsigned char *od
+    cdef Py_ssize_t dl, dc, ol, vl
     if map_begin(mb) < 0:
         return -2
     if not key_only:
@@ -595,19 +598,31 @@ cdef Py_ssize_t ev_tuple(MapB *mb, const unsigned char *p, Py_ssize_t pos, Py_ss
     # room for the row's value offsets: each value's end is one store below
     if vals.offsets.cap - vals.offsets.len < 4 * ncols and buf_reserve(&vals.offsets, 4 * ncols) < 0:
         return -2
+    # the values column's buffers in locals (a store through a byte pointer may alias
+    # any field of the Column, and the compiler reloaded them after every value),
+    # written back before anything else reads the column (ev_sync) and before returning
+    dd = vals.data.data
+    dl = vals.data.len
+    dc = vals.data.cap
+    od = vals.offsets.data
+    ol = vals.offsets.len
+    vl = vals.length
     for c in range(ncols):
         if pos >= end:
-            return -1
+            pos = -1
+            break
         kind = p[pos]
         if kind == COL_NULL:                          # 'n'
             n = -1
             pos += 1
         elif (kind != COL_TEXT and kind != COL_BINARY) or end - pos < 5:
-            return -1
+            pos = -1
+            break
         else:
             n = pgo_be32s(p + pos + 1)
             if <size_t>n > <size_t>(end - pos - 5):  # (negative lengths wrap)
-                return -1
+                pos = -1
+                break
             v = p + pos + 5
             pos += 5 + n
         if key_only:
@@ -615,30 +630,60 @@ cdef Py_ssize_t ev_tuple(MapB *mb, const unsigned char *p, Py_ssize_t pos, Py_ss
                 continue                         # 'K' image: not part of the key
             rc = map_key(mb, names, name_end, c)
             if rc != 0:
-                return -1 if rc == -2 else -2
+                pos = -1 if rc == -2 else -2
+                break
         if n < 0:
+            vals.data.len = dl
+            vals.offsets.len = ol
+            vals.length = vl
             if col_end_row(vals, 0, 0) < 0:
                 return -2
+            dd = vals.data.data
+            dl = vals.data.len
+            dc = vals.data.cap
+            od = vals.offsets.data
+            ol = vals.offsets.len
+            vl = vals.length
             continue
         k = ctype[4 * c]
         if kind == COL_TEXT or k == K_TEXT or k == K_BPCHAR or k == K_JSON:
             # the text as sent, once checked (a text-like type's binary form is its text)
-            if vals.data.cap - vals.data.len < n and buf_reserve(&vals.data, n) < 0:
-                return -2
-            if not copy_ascii(vals.data.data + vals.data.len, v, n):
+            if dc - dl < n:
+                vals.data.len = dl
+                if buf_reserve(&vals.data, n) < 0:
+                    pos = -2
+                    break
+                dd = vals.data.data
+                dc = vals.data.cap
+            if not copy_ascii(dd + dl, v, n):
                 if k == K_CHAR or utf8_invalid_at(v, n) >= 0:
-                    return -1
-            vals.data.len += n
-        elif fmt_column_value(k, ctype + 4 * c, v, n, &vals.data, memo + c, &why) < 0:
-            return -1
-        if vals.data.len > 0x7FFFFFFF:
-            return -1                            # (int32 offsets: the row-wise scan reports)
-        vend = <int32_t>vals.data.len
-        memcpy(vals.offsets.data + vals.offsets.len, &vend, 4)
-        vals.offsets.len += 4
-        if vals.nulls and bit_set(&vals.validity, vals.length, 1) < 0:
-            return -2
-        vals.length += 1
+                    pos = -1
+                    break
+            dl += n
+        else:
+            vals.data.len = dl
+            rc = fmt_column_value(k, ctype + 4 * c, v, n, &vals.data, memo + c, &why)
+            dd = vals.data.data
+            dl = vals.data.len
+            dc = vals.data.cap
+            if rc < 0:
+                pos = -1
+                break
+        if dl > 0x7FFFFFFF:
+            pos = -1                             # (int32 offsets: the row-wise scan reports)
+            break
+        vend = <int32_t>dl
+        memcpy(od + ol, &vend, 4)
+        ol += 4
+        if vals.nulls and bit_set(&vals.validity, vl, 1) < 0:
+            pos = -2
+            break
+        vl += 1
+    vals.data.len = dl
+    vals.offsets.len = ol
+    vals.length = vl
+    if pos < 0:
+        return pos
     if map_end_row(mb, 1) < 0:
         return -2
     return pos
