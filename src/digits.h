@@ -33,6 +33,9 @@ static inline int pgo_eight_digits(uint64_t v, uint64_t *out) {
 
 /* ':MM:SS' in p[2..8) (8 bytes readable at p; p[0..2), an hour, is not looked at):
  * 1 with *mi, *se when that is the shape and both are 0..59, else 0. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline))   /* (the profile-guided build made it a call per timestamp) */
+#endif
 static inline int pgo_mmss(const unsigned char *p, int *mi, int *se) {
 #if PGO_SWAR_DIGITS
     uint64_t w, x;

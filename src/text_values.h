@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 #include <float.h>
+#include "digits.h"
 
 /* Unsigned 128-bit integer as two 64-bit words (decimal128 is built in these). */
 typedef struct { uint64_t lo; uint64_t hi; } pgo_u128;
@@ -557,6 +558,41 @@ static const signed char pgo_hex_value[256] = {
      : slow((c), (value), (w), (why)))
 
 #define PGO_TS_MEMO_MARGIN INT64_C(61200000000)   /* 17 h in µs */
+
+/* The part of a timestamp[tz] text after 'YYYY-MM-DD HH' in the two shapes of whole
+   seconds PostgreSQL sends most: ':MM:SS' (n 19, no zone) and, with a zone,
+   ':MM:SS+HH' or '-HH' (n 22). 0 with *rest = µs into the hour minus the zone's offset;
+   -1 when that shape holds a value out of range or a non-digit; 1 for any other shape
+   (ts_tail decides those). Always inlined where the column's memo is looked up: the
+   profile-guided build made it, and pgo_mmss inside it, a call per value. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline))
+#endif
+static inline int pgo_ts_tail_common(const unsigned char *p, Py_ssize_t n, int with_zone,
+                                     int64_t *rest) {
+    int mi, se, hh;
+    unsigned a, b;
+    if (n == 19 && !with_zone) {
+        if (!pgo_mmss(p + 11, &mi, &se))
+            return -1;
+        *rest = (int64_t)mi * 60000000 + (int64_t)se * 1000000;
+        return 0;
+    }
+    if (n == 22 && with_zone && (p[19] == 43 || p[19] == 45)) {
+        a = (unsigned)p[20] - 48u;
+        b = (unsigned)p[21] - 48u;
+        if (!pgo_mmss(p + 11, &mi, &se) || a > 9 || b > 9)
+            return -1;
+        hh = (int)(a * 10 + b);
+        if (hh * 3600 >= PGO_TZDISP_LIMIT)
+            return -1;
+        if (p[19] == 45)
+            hh = -hh;
+        *rest = (int64_t)mi * 60000000 + (int64_t)se * 1000000 - (int64_t)(hh * 3600) * 1000000;
+        return 0;
+    }
+    return 1;
+}
 
 /* No byte of p[0..n) has its high bit set (8, then 4 bytes at a time). */
 static inline int pgo_ascii_only(const unsigned char *p, Py_ssize_t n) {

@@ -1161,33 +1161,6 @@ cdef int tx_uuid(Column *c, const unsigned char *p, Py_ssize_t n, const char **w
     return PGO_PUSH_FIXED(c, uuid, 16, why, push_fixed_slow)
 
 
-cdef inline int ts_tail_common(const unsigned char *p, Py_ssize_t n, bint with_zone,
-                               int64_t *rest) noexcept nogil:
-    """ts_tail for the two shapes of whole seconds PostgreSQL sends most ('YYYY-MM-DD
-    HH:MM:SS' and, with a zone, '...SS+HH' or '-HH'), small enough to inline where the
-    memo is looked up; the other shapes take ts_tail."""
-    cdef int mi, se, hh
-    cdef unsigned int a, b
-    if n == 19 and not with_zone:
-        if not pgo_mmss(p + 11, &mi, &se):
-            return -1
-        rest[0] = <int64_t>mi * 60000000 + <int64_t>se * 1000000
-        return 0
-    if n == 22 and with_zone and (p[19] == 43 or p[19] == 45):
-        a = <unsigned int>p[20] - 48
-        b = <unsigned int>p[21] - 48
-        if not pgo_mmss(p + 11, &mi, &se) or a > 9 or b > 9:
-            return -1
-        hh = <int>(a * 10 + b)
-        if hh * 3600 >= PGO_TZDISP_LIMIT:
-            return -1
-        if p[19] == 45:
-            hh = -hh
-        rest[0] = <int64_t>mi * 60000000 + <int64_t>se * 1000000 - <int64_t>(hh * 3600) * 1000000
-        return 0
-    return ts_tail(p, n, with_zone, rest)
-
-
 cdef int ts_tail(const unsigned char *p, Py_ssize_t n, bint with_zone, int64_t *rest) noexcept nogil:
     """The part of an ISO timestamp[tz] text after 'YYYY-MM-DD HH' (n >= 19) in its common
     shapes: ':MM:SS[.f{1,6}]' then, with a zone, '+HH' or '+HH:MM' (or '-'), then the end.
@@ -1234,6 +1207,10 @@ cdef int ts_tail(const unsigned char *p, Py_ssize_t n, bint with_zone, int64_t *
 # needs no range check.
 cdef extern from "text_values.h":
     const int64_t PGO_TS_MEMO_MARGIN
+    # ts_tail for the two shapes of whole seconds PostgreSQL sends most: 0, -1, or 1 for
+    # another shape (ts_tail decides)
+    int pgo_ts_tail_common(const unsigned char *p, Py_ssize_t n, bint with_zone,
+                           int64_t *rest) noexcept nogil
 
 
 cdef inline bint ts_memo_hit(Column *c, const unsigned char *p, Py_ssize_t n, int64_t *out) noexcept nogil:
@@ -1241,13 +1218,17 @@ cdef inline bint ts_memo_hit(Column *c, const unsigned char *p, Py_ssize_t n, in
     only the rest. Timestamps in a change stream cluster in time, so most values hit."""
     cdef uint64_t k0, k1
     cdef int64_t rest
+    cdef int rc
     if not c.memo_set or n < 19:
         return False
     memcpy(&k0, p, 8)
     memcpy(&k1, p + 5, 8)
     if k0 != c.memo_k0 or k1 != c.memo_k1:
         return False
-    if ts_tail_common(p, n, c.kind == K_TIMESTAMPTZ, &rest) < 0:
+    rc = pgo_ts_tail_common(p, n, c.kind == K_TIMESTAMPTZ, &rest)
+    if rc > 0:
+        rc = ts_tail(p, n, c.kind == K_TIMESTAMPTZ, &rest)
+    if rc < 0:
         return False
     out[0] = c.memo_base + rest
     return True
