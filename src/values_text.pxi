@@ -321,13 +321,13 @@ cdef int text_float(const unsigned char *p, Py_ssize_t n, bint single, double *o
     cdef uint32_t bits32
     cdef uint64_t chunk
     cdef int k8
-    if n == 3 and memcmp(p, b"NaN", 3) == 0:
-        out[0] = NAN
-        return 0
-    if n == 8 and memcmp(p, b"Infinity", 8) == 0:
+    if n == 3 and p[0] == 78 and memcmp(p, b"NaN", 3) == 0:       # (the first byte
+        out[0] = NAN                                                 # first: a number of
+        return 0                                                     # 8 or 9 bytes takes
+    if n == 8 and p[0] == 73 and memcmp(p, b"Infinity", 8) == 0:  # no memcmp call)
         out[0] = INFINITY
         return 0
-    if n == 9 and memcmp(p, b"-Infinity", 9) == 0:
+    if n == 9 and p[1] == 73 and memcmp(p, b"-Infinity", 9) == 0:
         out[0] = -INFINITY
         return 0
     if n > 128:
