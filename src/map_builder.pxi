@@ -149,16 +149,20 @@ cdef object MAP_TYPE = pa.map_(pa.string(), pa.string())
 
 cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
     """pa.string() array of values[ids[i]] for i < n (null where ids[i] < 0), written
-    here, a run of equal ids at a time, where pyarrow's take checks bounds and runs a
-    kernel (it was about a tenth of a change-event table's decode)."""
+    here, where pyarrow's take checks bounds and runs a kernel (it was about a tenth of
+    a change-event table's decode). Names of at most 16 bytes (a schema's, a table's)
+    are written row by row, a fixed 16-byte copy each: a change-event table's rows
+    alternate between the relations of small transactions, in runs of one to three.
+    Longer names are written a run of equal ids at a time."""
     cdef Py_ssize_t nv = len(values), i, r, q, total = 0, nulls = 0, run, filled, step, j, nruns
-    cdef int32_t k, ln, end = 0
+    cdef int32_t k, ln, end = 0, longest = 0
     cdef Buf starts, offs, data, valid, runs
     cdef const Py_ssize_t *rs
     cdef const int32_t *st
     cdef const char *src
     cdef unsigned char *d
     cdef int32_t *o
+    cdef bint short_names
     memset(&starts, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
     memset(&data, 0, sizeof(Buf)); memset(&valid, 0, sizeof(Buf)); memset(&runs, 0, sizeof(Buf))
     encoded = [v.encode("utf-8") for v in values]
@@ -169,30 +173,45 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
             raise MemoryError()
         for k in range(nv):
             memcpy(starts.data + 4 * k, &end, 4)
-            end += <int32_t>len(encoded[k])
+            ln = <int32_t>len(encoded[k])
+            end += ln
+            if ln > longest:
+                longest = ln
         memcpy(starts.data + 4 * nv, &end, 4)
         st = <const int32_t *>starts.data
-        # the runs of rows with one name (a change-event table's rows come in runs of
-        # one relation): where each starts, then n
-        i = 0
-        while i < n:
-            k = ids[i]
-            r = i + 1
-            while r < n and ids[r] == k:
-                r += 1
-            if buf_append8(&runs, &i) < 0:
+        short_names = longest <= 16
+        nruns = 0
+        rs = NULL
+        if short_names:
+            for i in range(n):
+                k = ids[i]
+                if k < 0:
+                    nulls += 1
+                elif k >= nv:
+                    raise ValueError(f"name id {k} out of range ({nv} names)")
+                else:
+                    total += st[k + 1] - st[k]
+        else:
+            # the runs of rows with one name: where each starts, then n
+            i = 0
+            while i < n:
+                k = ids[i]
+                r = i + 1
+                while r < n and ids[r] == k:
+                    r += 1
+                if buf_append8(&runs, &i) < 0:
+                    raise MemoryError()
+                if k < 0:
+                    nulls += r - i
+                elif k >= nv:
+                    raise ValueError(f"name id {k} out of range ({nv} names)")
+                else:
+                    total += <Py_ssize_t>(st[k + 1] - st[k]) * (r - i)
+                i = r
+            if buf_append8(&runs, &n) < 0:
                 raise MemoryError()
-            if k < 0:
-                nulls += r - i
-            elif k >= nv:
-                raise ValueError(f"name id {k} out of range ({nv} names)")
-            else:
-                total += <Py_ssize_t>(st[k + 1] - st[k]) * (r - i)
-            i = r
-        if buf_append8(&runs, &n) < 0:
-            raise MemoryError()
-        rs = <const Py_ssize_t *>runs.data
-        nruns = (runs.len >> 3) - 1
+            rs = <const Py_ssize_t *>runs.data
+            nruns = (runs.len >> 3) - 1
         if total > 0x7FFFFFFF:
             raise DecodeError("the change-event table holds more than 2 GiB of names in one "
                               "batch; feed smaller batches", None, None)
@@ -205,6 +224,16 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
         d = data.data
         end = 0
         o[0] = 0
+        if short_names:
+            # (the blob and the data have 16 bytes of room past their ends)
+            for i in range(n):
+                k = ids[i]
+                if k >= 0:
+                    memcpy(d + end, src + st[k], 16)
+                    end += st[k + 1] - st[k]
+                    if nulls:
+                        valid.data[i >> 3] |= <unsigned char>(1 << (i & 7))
+                o[i + 1] = end
         for j in range(nruns):
             # a run: the name once, then the run's bytes doubled by copies of what is
             # written (memory speed, not a store per row), the ends a progression
@@ -217,18 +246,6 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
                 continue
             ln = st[k + 1] - st[k]
             run = <Py_ssize_t>ln * (r - i)
-            if ln <= 16 and r - i < 8:
-                # a short run of a short name (tables interleaved in small transactions):
-                # a fixed 16-byte copy per row (the blob and the data have 16 bytes of
-                # room past their ends), where memcpy calls of a variable size cost more
-                for q in range(i, r):
-                    memcpy(d + end, src + st[k], 16)
-                    end += ln
-                    o[q + 1] = end
-                if nulls:
-                    for q in range(i, r):
-                        valid.data[q >> 3] |= <unsigned char>(1 << (q & 7))
-                continue
             if ln:
                 memcpy(d + end, src + st[k], <size_t>ln)
                 filled = ln

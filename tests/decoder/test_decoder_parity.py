@@ -440,7 +440,10 @@ class StreamBuilder:
             self.emit(Type(16999, "public", "mood", xid), lsn=0)
         if any(c.type_oid == 16998 for c in cols):
             self.emit(Type(16998, "public", "_mood", xid), lsn=0)
-        rel = Relation(relid, self.draw(st.sampled_from(["public", "s", ""])), f"t{relid}",
+        # (names of up to 16 bytes and longer ones: the change-event table writes the two
+        # differently)
+        rel = Relation(relid, self.draw(st.sampled_from(["public", "s", "", "inventory_and_billing_ü"])),
+                       self.draw(st.sampled_from([f"t{relid}", f"orders_by_customer_{relid}"])),
                        self.draw(st.sampled_from("dfin")), tuple(cols), xid)
         self.rels[relid] = rel._replace(xid=None)
         self.emit(rel, lsn=self.draw(st.sampled_from([0, self.lsn])))
