@@ -854,18 +854,33 @@ cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, cons
             if r >= nrows:
                 break
         n = vn[r]
-        if n < 0 and nulls and (col.layout == LAYOUT_FIXED and col.fixed_width == 8
-                                or col.layout == LAYOUT_VARLEN and ol != 0):
+        if n < 0 and nulls and (col.layout == LAYOUT_FIXED and (col.fixed_width == 8 or col.fixed_width == 4
+                                                                or col.fixed_width == 16)
+                                or col.layout == LAYOUT_VARLEN and ol != 0 or col.layout == LAYOUT_BOOL):
             # a null where the validity bitmap exists (its room made above): cp_null's
             # common case here, through the locals (the columns a key image leaves out
             # are null in every delete of a mixed block)
             if col.layout == LAYOUT_FIXED:
-                memset(dd + dl, 0, 8)
-                dl += 8
-            else:
+                words[0] = 0
+                words[1] = 0
+                if col.fixed_width == 8:
+                    memcpy(dd + dl, words, 8)
+                elif col.fixed_width == 4:
+                    memcpy(dd + dl, words, 4)
+                else:
+                    memcpy(dd + dl, words, 16)
+                dl += col.fixed_width
+            elif col.layout == LAYOUT_VARLEN:
                 off = <int32_t>dl
                 memcpy(od + ol, &off, 4)
                 ol += 4
+            else:
+                byte = length >> 3
+                if byte < dl:
+                    dd[byte] &= <unsigned char>~(1 << (length & 7))
+                else:
+                    dd[byte] = 0
+                    dl = byte + 1
             byte = length >> 3
             if byte < col.validity.len:
                 col.validity.data[byte] &= <unsigned char>~(1 << (length & 7))
