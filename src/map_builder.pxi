@@ -151,9 +151,9 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
     """pa.string() array of values[ids[i]] for i < n (null where ids[i] < 0), written
     here, where pyarrow's take checks bounds and runs a kernel (it was about a tenth of
     a change-event table's decode). Names of at most 16 bytes (a schema's, a table's)
-    are written row by row, a fixed 16-byte copy each: a change-event table's rows
-    alternate between the relations of small transactions, in runs of one to three.
-    Longer names are written a run of equal ids at a time."""
+    in short runs are written row by row, a fixed 16-byte copy each: a change-event
+    table's rows alternate between the relations of small transactions, in runs of one
+    to three. Otherwise a run of equal ids at a time."""
     cdef Py_ssize_t nv = len(values), i, r, q, total = 0, nulls = 0, run, filled, step, j, nruns
     cdef int32_t k, ln, end = 0, longest = 0
     cdef Buf starts, offs, data, valid, runs
@@ -179,7 +179,14 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
                 longest = ln
         memcpy(starts.data + 4 * nv, &end, 4)
         st = <const int32_t *>starts.data
+        # (row by row when the names are short and their runs too: fewer than 4 rows a
+        # run on average; a long run is written faster doubled, by copies)
         short_names = longest <= 16
+        if short_names and n:
+            q = 1
+            for i in range(1, n):
+                q += ids[i] != ids[i - 1]
+            short_names = 4 * q > n
         nruns = 0
         rs = NULL
         if short_names:
