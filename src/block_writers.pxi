@@ -352,9 +352,10 @@ cdef Py_ssize_t ev_block(EvStore *e, const EvRel *v, Ctx *ctx, const MsgRef *ref
 cdef Py_ssize_t ev_mixed(EvStore *e, const EvRel *evr, const int32_t *grp, Ctx *ctx,
                          const MsgRef *refs, Py_ssize_t i, Py_ssize_t j, int xo) noexcept nogil:
     """The change-event rows of a transaction's changes refs[i..j) (xo 4: a streamed
-    part's, which carry their xid after the type byte, else 0), of any relations and shapes in any order: each change's tuples read and written into
-    the maps (ev_tuple) with its relation's EvRel, evr[grp[r - i]], then the rows'
-    metadata a column at a time. ev_block's blocks are runs of one relation and one
+    part's, which carry their xid after the type byte, else 0), of any relations and
+    shapes in any order: each change's tuples read and written into the maps (ev_tuple)
+    with its relation's EvRel, evr[grp[r - i]], then the rows' metadata a column at a
+    time. ev_block's blocks are runs of one relation and one
     shape, and a stream of small transactions of a few tables and an insert / update /
     delete mix cut them to one or two rows each, each paying the block's set-up.
     Returns the first row not written (the row-wise scan takes it from there, as after

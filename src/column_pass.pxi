@@ -600,7 +600,7 @@ cdef Py_ssize_t ev_tuple(MapB *mb, const unsigned char *p, Py_ssize_t pos, Py_ss
         return -2
     # the values column's buffers in locals (a store through a byte pointer may alias
     # any field of the Column, and the compiler reloaded them after every value),
-    # written back before anything else reads the column (ev_sync) and before returning
+    # written back before anything else reads the column and before returning
     dd = vals.data.data
     dl = vals.data.len
     dc = vals.data.cap
@@ -995,18 +995,22 @@ cdef Py_ssize_t cp_loop(Column *col, value_fn fn, const unsigned char **vp, cons
                 dl += 16
                 ok = True
         elif cp_form_t is CpTxtTs:
-            # ts_memo_hit, written out here with the tail's C always inlined (the
-            # profile-guided build made ts_memo_hit a call per value); a value it does
-            # not take goes to fn, which looks again and parses it whole
+            # ts_memo_hit, written out here with the common tail's C always inlined
+            # (the profile-guided build made ts_memo_hit a call per value), the other
+            # shapes (fractions of a second, a zone with minutes) through ts_tail; a
+            # value neither takes goes to fn, which looks again and parses it whole
             if col.memo_set and n >= 19:
                 memcpy(&words[0], p, 8)
                 memcpy(&words[1], p + 5, 8)
-                if (words[0] == col.memo_k0 and words[1] == col.memo_k1
-                        and pgo_ts_tail_common(p, n, col.kind == K_TIMESTAMPTZ, &s64) == 0):
-                    s64 += col.memo_base
-                    memcpy(dd + dl, &s64, 8)
-                    dl += 8
-                    ok = True
+                if words[0] == col.memo_k0 and words[1] == col.memo_k1:
+                    rc = pgo_ts_tail_common(p, n, col.kind == K_TIMESTAMPTZ, &s64)
+                    if rc > 0:
+                        rc = ts_tail(p, n, col.kind == K_TIMESTAMPTZ, &s64)
+                    if rc == 0:
+                        s64 += col.memo_base
+                        memcpy(dd + dl, &s64, 8)
+                        dl += 8
+                        ok = True
         if ok:
             if nulls:
                 byte = length >> 3
