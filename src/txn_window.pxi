@@ -557,31 +557,6 @@ cdef bint replay_part_run(DecoderCore self, const MsgRef *refs, const int32_t *i
     return True
 
 
-cdef int window_events_streamed(DecoderCore self, const EvRel *evr, const MsgRef *refs,
-                                Py_ssize_t nch, list groups, int xo) except -1:
-    """The change-event rows of a streamed part (xo 4: its changes carry their xid), in
-    stream order: through ev_mixed as far as it takes them, each change it stops at
-    row-wise (which writes it, or raises what is wrong with it)."""
-    cdef WinTxn *tx = <WinTxn *>self.win_txn.data
-    cdef const int32_t *grp = <const int32_t *>self.win_grp.data
-    cdef Py_ssize_t a = tx.begin + 1, b = tx.begin + 1 + nch, k, a0
-    cdef RelBuilders rb
-    window_ctx(&self.ctx, tx)
-    while a < b:
-        if b - a >= WIN_NOGIL_CHANGES:
-            with nogil:
-                k = ev_mixed(&self.ev, evr, grp + (a - tx.begin - 1), &self.ctx, refs, a, b, xo)
-        else:
-            k = ev_mixed(&self.ev, evr, grp + (a - tx.begin - 1), &self.ctx, refs, a, b, xo)
-        if k < 0:
-            raise MemoryError()
-        if k < b:
-            rb = groups[grp[k - tx.begin - 1]]
-            k = self._dml_rows(refs, k, k + 1, &a0, rb, xo)
-        a = k
-    return 0
-
-
 cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_ssize_t nch,
                       list groups, int xo=0) except -1:
     """Steps 2.-4. of a window (or part) that window_scan_all found: its ntx transactions
@@ -612,9 +587,6 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
         try:
             r = 0
             a = txns[0].begin + 1
-            if xo:
-                window_events_streamed(self, evr, refs, nch, groups, xo)
-                r = ntx                          # (a part: one transaction)
             while r < ntx:
                 # the block writer over the window's transactions from (r, a), without
                 # the GIL; it stops at a change it does not take ('u', a value it does
@@ -622,15 +594,15 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
                 # what is wrong with it)
                 if nch >= WIN_NOGIL_CHANGES:
                     with nogil:
-                        rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a)
+                        rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a, xo)
                 else:
-                    rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a)
+                    rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a, xo)
                 if rc < 0:
                     raise MemoryError()
                 if r < ntx:
                     tx = &txns[r]
                     rb = groups[grp[tx.first + (a - tx.begin - 1)]]
-                    a = self._dml_rows(refs, a, a + 1, &a0, rb, 0)
+                    a = self._dml_rows(refs, a, a + 1, &a0, rb, xo)
                     if a == tx.begin + 1 + tx.nchanges:
                         r += 1
                         if r < ntx:
@@ -791,10 +763,11 @@ cdef int window_scan(WinScan *ws, const MsgRef *refs, Py_ssize_t nrefs, WinTxn *
 
 cdef int window_events(EvStore *e, const EvRel *evr, Ctx *ctx, const MsgRef *refs,
                        const WinTxn *txns, Py_ssize_t ntx, const int32_t *grp,
-                       Py_ssize_t *r_io, Py_ssize_t *a_io) noexcept nogil:
-    """The change-event rows of the window's transactions from transaction *r_io's change
-    refs[*a_io] on, in stream order: each transaction's changes, of any relations and
-    shapes, through ev_mixed, with that transaction's context in ctx. Stops at a change
+                       Py_ssize_t *r_io, Py_ssize_t *a_io, int xo) noexcept nogil:
+    """The change-event rows of the window's transactions (or of a part: one
+    transaction) from transaction *r_io's change refs[*a_io] on, in stream order: each
+    transaction's changes, of any relations and shapes, through ev_mixed, with that
+    transaction's context in ctx. xo: 4 for a streamed part's changes. Stops at a change
     the writer does not take: *r_io and *a_io are then that change's (the caller writes
     it row-wise, then calls again from the next); *r_io == ntx when all are written.
     0, or -1 when memory ran out."""
@@ -806,7 +779,10 @@ cdef int window_events(EvStore *e, const EvRel *evr, Ctx *ctx, const MsgRef *ref
             window_ctx(ctx, tx)
         b = tx.begin + 1 + tx.nchanges
         if a < b:
-            k = ev_mixed(e, evr, grp + tx.first + (a - tx.begin - 1), ctx, refs, a, b, 0)
+            if xo == 0:                  # (the constant for plain changes: see window_typed)
+                k = ev_mixed(e, evr, grp + tx.first + (a - tx.begin - 1), ctx, refs, a, b, 0)
+            else:
+                k = ev_mixed(e, evr, grp + tx.first + (a - tx.begin - 1), ctx, refs, a, b, xo)
             if k < 0:
                 return -1
             if k < b:
