@@ -33,7 +33,11 @@ from pgoutput_fast.bench import corpus
 from pgoutput_fast.decoder import Decoder
 import pgoutput_fast
 workloads, modes, rows, repeat, outputs = json.loads(sys.argv[1])
-paths = {"typed": dict(events=False), "events": dict(tables=False), "both": {}}
+import inspect
+# both1: both outputs on the calling thread (a build from before Decoder's threads
+# argument has no helper thread: its Decoder() is that)
+one = dict(threads=1) if "threads" in inspect.signature(Decoder).parameters else {}
+paths = {"typed": dict(events=False), "events": dict(tables=False), "both": {}, "both1": one}
 paths = {p: kw for p, kw in paths.items() if p in outputs}
 out = {"file": pgoutput_fast.__file__}
 for w in workloads:
@@ -63,7 +67,7 @@ def main():
     ap.add_argument("--workloads", default="oltp1,oltp10,oltp50,oltp1000")
     ap.add_argument("--modes", default="text,binary")
     ap.add_argument("--rows", type=int, default=None)
-    ap.add_argument("--outputs", default="typed,events,both")
+    ap.add_argument("--outputs", default="typed,events,both,both1")
     ap.add_argument("--per-cell", action="store_true",
                     help="a child per cell (workload, mode, output) instead of per build, A and B "
                          "alternating --rounds times on each cell before the next: a VM whose speed "

@@ -89,6 +89,14 @@ def _set_txn_windows(on: bool) -> bool:
 def _set_size_hints(on: bool) -> bool:
     """Process-wide size hints (typed builders, change events) on or off (tests compare); returns the old setting."""
 
+def _set_helper_limits(feed_bytes: int, changes: int) -> tuple[int, int]:
+    """Tests: the smallest feed and window or run a Decoder's helper thread takes."""
+
+def _helper_stats() -> tuple[int, int]:
+    """(helper threads started in this process, jobs run on them)."""
+
+def _forget_helpers() -> None: ...
+
 def _txn_windows_taken() -> int:
     """Windows of small transactions written in this process so far (tests)."""
 
@@ -130,6 +138,7 @@ class DecoderCore:
     spill_dir: str | os.PathLike[str] | None
     origins: list[str]
     names: list[str]
+    threads: int
     def __init__(
         self,
         catalog: RelationCatalog,
@@ -139,6 +148,7 @@ class DecoderCore:
         binary_unknown: bool | None = None,
         max_pending_bytes: int = ...,
         spill_dir: str | os.PathLike[str] | None = None,
+        threads: int | None = None,
     ) -> None: ...
     def feed(self, refs_owner: object, nrefs: int, refs_addr: int) -> None:
         """Decode ``nrefs`` messages of a MsgRef array at ``refs_addr`` (MessageBatch.feed_into)."""

@@ -139,11 +139,21 @@ class Decoder:
             spill to a temporary file (in ``spill_dir``); a plain transaction past it
             is also no longer held decoded (module doc).
         spill_dir: directory of the temporary spill files (None: the system default).
+        threads: the threads one ``feed()`` may use. With both outputs and 2 or more,
+            the change-event rows are written on a helper thread while the calling
+            thread writes the typed tables of the same changes (the same output; on two
+            cores a feed then takes about the time of the slower output alone, where
+            one core takes the sum). 1: everything on the calling thread. None (the
+            default): 2 when this process may run on two CPUs or more, else 1, or what
+            ``PGOUTPUT_FAST_DECODER_THREADS`` says. Give 1 where the cores are already
+            busy with other decoders (``decode_parallel`` does so for its pieces; the
+            Spark reader's Decoders build one output each and so never use it).
     """
 
     def __init__(self, catalog: RelationCatalog | str | dict | None = None, *, events: bool = True,
                  tables: bool = True, binary_unknown: bool | None = None,
-                 max_pending_bytes: int = 256 << 20, spill_dir: str | None = None):
+                 max_pending_bytes: int = 256 << 20, spill_dir: str | None = None,
+                 threads: int | None = None):
         impl = _impl()
         if isinstance(catalog, str):
             catalog = RelationCatalog.from_json(catalog)
@@ -152,12 +162,18 @@ class Decoder:
         self._catalog = catalog.copy() if catalog is not None else RelationCatalog()
         self._core = impl.DecoderCore(self._catalog, events=events, tables=tables,
                                       binary_unknown=binary_unknown,
-                                      max_pending_bytes=max_pending_bytes, spill_dir=spill_dir)
+                                      max_pending_bytes=max_pending_bytes, spill_dir=spill_dir,
+                                      threads=threads)
         self._batch_cls = impl.MessageBatch
 
     @property
     def catalog(self) -> RelationCatalog:
         return self._catalog
+
+    @property
+    def threads(self) -> int:
+        """The threads a ``feed()`` uses (see ``threads`` above; the reference: 1)."""
+        return self._core.threads
 
     def feed(self, messages, lsn=None) -> ChangeSet:
         """Decode the next messages of the stream (in stream order).

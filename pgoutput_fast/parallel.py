@@ -432,17 +432,23 @@ def _decode_parallel(messages, lsn, workers, catalog, pieces, decoder_kwargs):
         # (a piece of less than MIN_PIECE_BYTES costs more in its thread than it saves)
         pieces = max(1, min(pieces, layout.total // MIN_PIECE_BYTES))
     if layout is None or pieces <= 1:
-        one = Decoder(catalog, **decoder_kwargs)
+        # (one piece: workers=1 is one thread; more may go to the Decoder's helper)
+        one = Decoder(catalog, **(decoder_kwargs if workers > 1 or "threads" in decoder_kwargs
+                                  else {**decoder_kwargs, "threads": 1}))
         return one.feed(arr, lsn_np), one
 
     parts_: list = []                            # [lo, hi, head, tail, catalog, Decoder], in order
     futures: list = []
     pool = _shared_pool(workers) if workers > 1 else None
 
+    # each piece's Decoder on one thread: the pieces already keep the cores busy (a
+    # Decoder's own helper thread would only contend with them)
+    piece_kwargs = decoder_kwargs if "threads" in decoder_kwargs else {**decoder_kwargs, "threads": 1}
+
     def run(piece):
         lo, hi, head, tail, cat = piece[:5]
         try:
-            dec = piece[5] = Decoder(cat, **decoder_kwargs)
+            dec = piece[5] = Decoder(cat, **piece_kwargs)
             if head is None and tail is None:
                 part, part_lsn = arr.slice(lo, hi - lo), None if lsn_np is None else lsn_np[lo:hi]
             else:

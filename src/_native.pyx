@@ -6,6 +6,7 @@
     protocol.pxi       the protocol's bytes: message types (MSG_*), tuple markers
     messages.pxi       decode_message: one message -> message object (inspection path)
     builders.pxi       column builders in C memory, exported zero-copy to Arrow
+    helper_thread.pxi  a second thread for a Decoder's change-event rows (helper threads)
     kind_numbers.pxi   value kinds K_* (GENERATED from pgoutput_fast/types.py)
     kinds.pxi          value kinds: builder layout and column of each kind
     values_text.pxi    text TupleData value -> typed column (no Python objects)
@@ -46,6 +47,7 @@ include "errors.pxi"
 include "protocol.pxi"
 include "messages.pxi"
 include "builders.pxi"
+include "helper_thread.pxi"
 include "kind_numbers.pxi"
 include "kinds.pxi"
 include "values_text.pxi"

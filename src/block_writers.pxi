@@ -442,3 +442,51 @@ cdef Py_ssize_t ev_mixed(EvStore *e, const EvRel *evr, const int32_t *grp, Ctx *
         e.trunc.len += done
         e.toast_off.len += 4 * done
     return i + done
+
+
+cdef Py_ssize_t ev_run_end(const MsgRef *refs, Py_ssize_t i, Py_ssize_t nrefs, uint32_t relid,
+                           int ncols, int xo) noexcept nogil:
+    """Where _run_event_blocks (with the typed tables built too) stops at the latest in
+    the run of changes from refs[i]: the end of its last block of CP_MIN_ROWS or more
+    (block_end's blocks, their headers only)."""
+    cdef Py_ssize_t j, nbytes
+    cdef int olds
+    while i < nrefs:
+        j = block_end(refs, i, nrefs, relid, ncols, xo, &olds, &nbytes)
+        if j - i < CP_MIN_ROWS:
+            break
+        i = j
+    return i
+
+
+cdef struct EvRunJob:                 # ev_run's arguments and result, for the helper thread
+    EvStore *e
+    const EvRel *v
+    Ctx ctx
+    const MsgRef *refs
+    Py_ssize_t i
+    Py_ssize_t end
+    int xo
+    Py_ssize_t k
+
+
+cdef void ev_run_job(void *arg) noexcept nogil:
+    """_run_event_blocks' loop over refs[i..end) (ev_run_end's run), on the helper
+    thread: each block through ev_block. k: the first change not written (a change the
+    writer does not take: the caller goes on from there), or -1 (out of memory)."""
+    cdef EvRunJob *jb = <EvRunJob *>arg
+    cdef Py_ssize_t i = jb.i, j, k, nbytes
+    cdef int olds
+    while i < jb.end:
+        j = block_end(jb.refs, i, jb.end, <uint32_t>jb.v.relid, jb.v.ncols, jb.xo, &olds, &nbytes)
+        if j == i:
+            break
+        k = ev_block(jb.e, jb.v, &jb.ctx, jb.refs, i, j, jb.end, olds, jb.xo)
+        if k < 0:
+            jb.k = -1
+            return
+        if k < j:
+            jb.k = k
+            return
+        i = j
+    jb.k = i

@@ -95,6 +95,9 @@ cdef class DecoderCore:
     cdef Buf win_txn, win_grp, win_rows, win_refs   # a window's lists (txn_window.pxi)
     cdef bint busy                  # a feed() or export() is running: the block writers
                                     # let go of the GIL, so another thread could come in
+    cdef public int threads         # 2: the change-event rows on a helper thread
+                                    # beside the typed rows (helper_thread.pxi)
+    cdef pgo_helper *helper         # that thread, during a feed() (else NULL)
 
     def __cinit__(self):
         self.rb_current = {}
@@ -115,8 +118,14 @@ cdef class DecoderCore:
         self.ctx.origin = -1
 
     def __init__(self, catalog, *, bint events=True, bint tables=True, binary_unknown=None,
-                 Py_ssize_t max_pending_bytes=256 << 20, spill_dir=None):
+                 Py_ssize_t max_pending_bytes=256 << 20, spill_dir=None, threads=None):
         self.catalog = catalog
+        if threads is None:
+            self.threads = default_threads()
+        elif int(threads) < 1:
+            raise ValueError(f"threads must be 1 or more, not {threads!r}")
+        else:
+            self.threads = int(threads)
         self.want_events = events
         self.want_tables = tables
         self.binary_unknown = bool(binary_unknown)
@@ -189,8 +198,13 @@ cdef class DecoderCore:
         try:
             if not self.hints_taken:
                 self._take_hints()
+            if (self.threads >= 2 and self.want_events and self.want_tables
+                    and self.feed_bytes >= g_helper_min_feed):
+                self.helper = helper_take()  # (NULL: no thread to be had, one does all)
             self._feed(refs, nrefs)
         finally:
+            helper_give(self.helper)         # (every job it ran was waited for)
+            self.helper = NULL
             self.busy = False
 
     cdef int _take_hints(self) except -1:
@@ -710,6 +724,10 @@ cdef class DecoderCore:
         cdef int64_t seq = self.ctx.seq
         if not self.want_events:
             return self._run_typed_blocks(refs, index, nrefs, rb, xo)
+        if self.want_tables and self.helper != NULL and rb.ncols > 0:
+            k = ev_run_end(refs, i, nrefs, rb.relid, rb.ncols, xo)
+            if k - i >= g_helper_min_changes:
+                return self._run_blocks_beside(refs, index, k, rb, xo)
         self._run_event_blocks(refs, index, nrefs, rb, xo)
         if not self.want_tables:
             return 0
@@ -723,6 +741,66 @@ cdef class DecoderCore:
         finally:
             if index[0] < k:
                 ev_truncate(&self.ev, ev_base + (index[0] - i))
+        return 0
+
+    cdef int _run_blocks_beside(self, const MsgRef *refs, Py_ssize_t *index, Py_ssize_t end,
+                                RelBuilders rb, int xo) except -1:
+        """_run_blocks with both outputs, the change events on the helper thread: the
+        events' blocks of the run up to end (ev_run_end: where _run_event_blocks would
+        stop at the latest) written there (ev_run) while this thread writes the typed
+        rows of the same changes (_run_typed_blocks), then both cut back to where the
+        first of the two stopped, as _run_blocks leaves them: the typed rows past a
+        change the events' writer does not take are dropped (the caller writes that
+        change row-wise, both outputs, and goes on), and an error the typed rows raise
+        before that change is raised with the events cut back to it."""
+        cdef Py_ssize_t i = index[0], kev, kty, cut, nb
+        cdef Py_ssize_t ev_base = self.ev.meta.rows, rows0 = rb.meta.rows
+        cdef int64_t seq = self.ctx.seq
+        cdef EvRunJob job
+        cdef EvRel v
+        cdef const int32_t *brow
+        cdef object err = None
+        if not rb.dirty:
+            self._touch(rb)
+        ev_rel(&v, rb)
+        job.e = &self.ev
+        job.v = &v
+        job.ctx = self.ctx
+        job.refs = refs
+        job.i = i
+        job.end = end
+        job.xo = xo
+        with nogil:
+            pgo_helper_start(self.helper, ev_run_job, &job)
+        try:
+            self._run_typed_blocks(refs, index, end, rb, xo)
+        except DecodeError as exc:
+            err = exc
+        finally:
+            with nogil:
+                pgo_helper_wait(self.helper)
+        global g_helper_jobs
+        g_helper_jobs += 1
+        kev = job.k
+        if kev < 0:
+            raise MemoryError()
+        kty = index[0]                       # (on an error: the change that raised)
+        if kty < kev:
+            ev_truncate(&self.ev, ev_base + (kty - i))
+            if err is not None:
+                raise err
+            return 0
+        if kty > kev or err is not None:
+            # the typed rows of the changes from kev on are dropped: rb's rows are this
+            # run's in order (one per change), and its old images name their rows
+            cut = rows0 + (kev - i)
+            nb = rb.nbefore
+            brow = <const int32_t *>rb.before_rows.data
+            while nb > 0 and brow[nb - 1] >= cut:
+                nb -= 1
+            rb.truncate(cut, nb)
+            index[0] = kev
+            self.ctx.seq = seq + (kev - i)
         return 0
 
     cdef int _run_event_blocks(self, const MsgRef *refs, Py_ssize_t *index, Py_ssize_t nrefs,

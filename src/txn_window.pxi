@@ -557,6 +557,25 @@ cdef bint replay_part_run(DecoderCore self, const MsgRef *refs, const int32_t *i
     return True
 
 
+cdef struct EvJob:                   # window_events' arguments, for the helper thread
+    EvStore *e
+    const EvRel *evr
+    Ctx ctx
+    const MsgRef *refs
+    const WinTxn *txns
+    Py_ssize_t ntx
+    const int32_t *grp
+    Py_ssize_t r
+    Py_ssize_t a
+    int xo
+    int rc
+
+
+cdef void ev_job_run(void *arg) noexcept nogil:
+    cdef EvJob *j = <EvJob *>arg
+    j.rc = window_events(j.e, j.evr, &j.ctx, j.refs, j.txns, j.ntx, j.grp, &j.r, &j.a, j.xo)
+
+
 cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_ssize_t nch,
                       list groups, int xo=0) except -1:
     """Steps 2.-4. of a window (or part) that window_scan_all found: its ntx transactions
@@ -577,28 +596,73 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
     cdef bint events = self.want_events, tables = self.want_tables
     cdef EvRel evr[WIN_MAX_GROUPS]
     cdef WinGroup wg[WIN_MAX_GROUPS]
-    cdef int rc
-    if events:
-        for g in range(ngroups):
-            rb = groups[g]
+    cdef int rc, trc = 0
+    cdef EvJob job
+    cdef Ctx tctx
+    cdef bint beside = (events and tables and self.helper != NULL
+                        and nch >= g_helper_min_changes)
+    cdef bint ran = beside               # the events' writer already ran from (r, a)
+    r = 0
+    a = txns[0].begin + 1
+    for g in range(ngroups):
+        rb = groups[g]
+        self._touch(rb)
+        if events:
             ev_rel(&evr[g], rb)
-            self._touch(rb)
+        if tables:
+            block_dest(&wg[g].d, rb)
+            wg[g].relid = rb.relid
+            wg[g].base = rb.meta.rows
+    if beside:
+        # the events' block writer on the helper thread and the typed one here, at
+        # once, each with its own copy of the context: the events' moves from
+        # transaction to transaction, the typed rows' is the one they are written
+        # with below (only its seq changes); what either leaves goes on below, on
+        # this thread, as it would after the writer had run here
+        job.e = &self.ev
+        job.evr = evr
+        job.ctx = self.ctx
+        job.refs = refs
+        job.txns = txns
+        job.ntx = ntx
+        job.grp = grp
+        job.r = r
+        job.a = a
+        job.xo = xo
+        tctx = self.ctx
+        tctx.snapshot = 0
+        tctx.origin = txns[0].origin
+        with nogil:
+            pgo_helper_start(self.helper, ev_job_run, &job)
+            trc = window_typed(wg, ngroups, refs, txns, grp, chg_at, rows, nch, grefs, off,
+                               &self.cp_scratch, &self.scratch, &tctx, xo)
+            pgo_helper_wait(self.helper)
+        global g_helper_jobs
+        g_helper_jobs += 1
+        if job.rc < 0 or trc < 0:
+            raise MemoryError()
+        self.ctx = job.ctx
+        r = job.r
+        a = job.a
+    if events:
         self.want_tables = False
         try:
-            r = 0
-            a = txns[0].begin + 1
             while r < ntx:
                 # the block writer over the window's transactions from (r, a), without
                 # the GIL; it stops at a change it does not take ('u', a value it does
                 # not format itself...), which the row-wise writer takes (and raises
                 # what is wrong with it)
-                if nch >= WIN_NOGIL_CHANGES:
+                if ran:
+                    ran = False              # (on the helper, above)
+                elif nch >= WIN_NOGIL_CHANGES:
                     with nogil:
                         rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a, xo)
+                    if rc < 0:
+                        raise MemoryError()
                 else:
                     rc = window_events(&self.ev, evr, &self.ctx, refs, txns, ntx, grp, &r, &a, xo)
-                if rc < 0:
-                    raise MemoryError()
+                    if rc < 0:
+                        raise MemoryError()
                 if r < ntx:
                     tx = &txns[r]
                     rb = groups[grp[tx.first + (a - tx.begin - 1)]]
@@ -614,15 +678,12 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
     # (without the GIL); a group the column pass does not finish (a short block, a
     # value it leaves to the full parser, no room checked yet) goes on here
     if tables:
-        for g in range(ngroups):
-            rb = groups[g]
-            self._touch(rb)
-            block_dest(&wg[g].d, rb)
-            wg[g].relid = rb.relid
-            wg[g].base = rb.meta.rows
         self.ctx.snapshot = 0
         self.ctx.origin = txns[0].origin     # (a window's: -1; a part's: its transaction's)
-        if nch >= WIN_NOGIL_CHANGES:
+        if beside:
+            rc = trc                         # (written above, beside the events)
+            self.ctx.seq = tctx.seq
+        elif nch >= WIN_NOGIL_CHANGES:
             with nogil:
                 rc = window_typed(wg, ngroups, refs, txns, grp, chg_at, rows, nch, grefs, off,
                                   &self.cp_scratch, &self.scratch, &self.ctx, xo)

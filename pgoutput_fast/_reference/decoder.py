@@ -320,7 +320,12 @@ class DecoderCore:
     """Reference decoder state machine; see pgoutput_fast.decoder.Decoder for the API."""
 
     def __init__(self, catalog, *, events=True, tables=True, binary_unknown=None,
-                 max_pending_bytes=256 << 20, spill_dir=None):
+                 max_pending_bytes=256 << 20, spill_dir=None, threads=None):
+        # threads: the native core's helper thread; the reference has none (checked
+        # as the native core checks it)
+        if threads is not None and int(threads) < 1:
+            raise ValueError(f"threads must be 1 or more, not {threads!r}")
+        self.threads = 1
         self.catalog = catalog
         self.want_events = bool(events)
         self.want_tables = bool(tables)

@@ -4,7 +4,7 @@ measured in the same run.
 The workloads are real pgoutput captured from a private PostgreSQL
 (``pgoutput_fast.bench.corpus``: a 10-column table of mixed int/text/timestamp/numeric/
 bool/float columns with inserts, updates and deletes, and a 50-column table of inserts;
-text and binary mode). Per workload it measures, on one core:
+text and binary mode). Per workload it measures, on one core (``both`` on two where it may):
 
 * ``memcpy``: a copy of the input bytes into memory already written once (``np.copyto``
   into a preallocated array: the hardware's limit, same run). ``np.copy`` into fresh
@@ -12,7 +12,9 @@ text and binary mode). Per workload it measures, on one core:
   VM 3-4 GB/s against 7-14 GB/s), so it is no measure of the machine's copy speed;
 * ``typed``: ``Decoder(events=False).feed`` into typed Arrow tables;
 * ``events``: ``Decoder(tables=False).feed`` into the change-event table;
-* ``both``: ``Decoder().feed``, both outputs (the default Decoder);
+* ``both``: ``Decoder().feed``, both outputs (the default Decoder: on a machine with two
+  CPUs or more it writes the change events on a helper thread beside the typed rows);
+* ``both, 1 thread``: ``Decoder(threads=1).feed``, both outputs on the calling thread;
 * ``decode_message``: one message object per message (on a slice);
 * ``reference``: the pure-Python reference Decoder (on a slice);
 * peers on a slice that ends at a commit: pypgoutput 0.0.3's decoder layer (text mode;
@@ -225,6 +227,9 @@ def run(args) -> int:
             progress.step(f"{w}/{mode}: both outputs")
             Decoder().feed(msgs, lsns)
             r["both_s"] = _median_time(lambda: Decoder().feed(msgs, lsns), args.repeat)
+            progress.step(f"{w}/{mode}: both outputs, one thread")
+            Decoder(threads=1).feed(msgs, lsns)
+            r["both1_s"] = _median_time(lambda: Decoder(threads=1).feed(msgs, lsns), args.repeat)
             if not args.no_memory:
                 progress.step(f"{w}/{mode}: peak memory")
                 r["peak_extra_bytes"], _ = _peak_child(msgs, lsns)
@@ -331,6 +336,8 @@ def _print_table(results, rows):
         line("events (Decoder)", nb, nrows, r["events_s"])
         if "both_s" in r:
             line("both (Decoder)", nb, nrows, r["both_s"])
+        if "both1_s" in r:
+            line("both, 1 thread", nb, nrows, r["both1_s"])
         line("typed, slice", sb, 0, r["slice_typed_s"], vs_copy=False, vs_peers=True)
         line("decode_message, slice", sb, 0, r["slice_objects_s"], vs_copy=False)
         line("reference, slice", sb, 0, r["slice_reference_s"], vs_copy=False)

@@ -1,0 +1,221 @@
+# A second thread for one Decoder: the change-event rows written while the calling
+# thread writes the typed tables of the same changes.
+#
+# A Decoder that builds both outputs does two independent pieces of work per change:
+# the typed pass (parse each value into its column) and the event pass (copy or format
+# each value as PostgreSQL text into the maps). They read the same messages and write
+# disjoint builders (RelBuilders against EvStore), and both run without the GIL on C
+# structs only (block_writers.pxi, txn_window.pxi), so on a machine with a second core
+# the event pass of a window runs on a helper thread beside the typed pass
+# (window_write). One core does the sum of the two; two do about the slower one.
+#
+# The helpers are plain OS threads started through CPython's portable thread API; they
+# never touch a Python object and never take the GIL. Each waits on its `go` lock for a
+# job (a C function and its argument), runs it, and releases `done`; the caller waits on
+# `done` before it reads anything the job wrote (the lock hand-over orders the
+# memory). A Decoder takes a helper from the process's idle list for one feed() and
+# gives it back at the end, so a process that makes a Decoder per batch starts a thread
+# once, and a process holds as many helpers as it has feeds running at once. A forked
+# child has none of its parent's threads: the list is forgotten there (and the child
+# starts its own).
+
+cdef extern from *:
+    """
+    typedef void (*pgo_job_fn)(void *);
+
+    /* The hand-over, both ways: a counter the other side waits to see move. The waiter
+       spins a while first (a sleeping thread takes tens of microseconds to wake, and a
+       window's job takes a few hundred), then sleeps on a lock; the side that moves the
+       counter releases that lock only when the waiter said it sleeps, and exactly one
+       of the two takes the "sleeps" flag back (an exchange), so a release is never
+       lost and never left over. Without GCC's atomics (MSVC) the waiter sleeps at once:
+       the same hand-over on the locks alone. */
+    #if defined(__GNUC__)
+    #  define PGO_HELPER_SPIN 1
+    #  define pgo_ld(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
+    #  define pgo_inc(p) __atomic_add_fetch((p), 1, __ATOMIC_SEQ_CST)
+    #  define pgo_xchg(p, v) __atomic_exchange_n((p), (v), __ATOMIC_SEQ_CST)
+    #  if defined(__x86_64__) || defined(__i386__)
+    #    define pgo_pause() __builtin_ia32_pause()
+    #  elif defined(__aarch64__)
+    #    define pgo_pause() __asm__ __volatile__("yield" ::: "memory")
+    #  else
+    #    define pgo_pause() ((void)0)
+    #  endif
+    #else
+    #  define PGO_HELPER_SPIN 0
+    #endif
+    #define PGO_SPIN_JOB (1 << 15)      /* pauses the helper waits for the next job, awake */
+    #define PGO_SPIN_DONE (1 << 17)     /* pauses the caller waits for the job's end, awake */
+
+    typedef struct pgo_signal {
+        PyThread_type_lock lock;        /* held while nobody is woken through it */
+        long count;                     /* moved by the signalling side */
+        long seen;                      /* the waiting side's: what it saw last */
+        int sleeps;                     /* the waiter is (about to be) asleep on lock */
+    } pgo_signal;
+
+    static void pgo_signal_raise(pgo_signal *s) {
+    #if PGO_HELPER_SPIN
+        pgo_inc(&s->count);
+        if (pgo_xchg(&s->sleeps, 0) == 1)
+            PyThread_release_lock(s->lock);
+    #else
+        PyThread_release_lock(s->lock);
+    #endif
+    }
+
+    static void pgo_signal_wait(pgo_signal *s, long spin) {
+    #if PGO_HELPER_SPIN
+        long want = s->seen + 1, i;
+        for (i = 0; i < spin; i++) {
+            if (pgo_ld(&s->count) == want)
+                goto seen;
+            pgo_pause();
+        }
+        pgo_xchg(&s->sleeps, 1);
+        if (pgo_ld(&s->count) == want) {
+            if (pgo_xchg(&s->sleeps, 0) == 1)
+                goto seen;                  /* (taken back: no release is coming) */
+            /* the signaller took the flag: its release is coming, take it */
+        }
+        PyThread_acquire_lock(s->lock, WAIT_LOCK);
+    seen:
+        s->seen = want;
+    #else
+        (void)spin;
+        PyThread_acquire_lock(s->lock, WAIT_LOCK);
+    #endif
+    }
+
+    typedef struct pgo_helper {
+        pgo_signal go, done;
+        pgo_job_fn fn;
+        void *arg;
+        struct pgo_helper *next;                /* the idle list */
+    } pgo_helper;
+
+    static void pgo_helper_main(void *arg) {
+        pgo_helper *h = (pgo_helper *)arg;
+        for (;;) {
+            pgo_signal_wait(&h->go, PGO_SPIN_JOB);
+            h->fn(h->arg);
+            pgo_signal_raise(&h->done);
+        }
+    }
+
+    /* A new helper thread, waiting for its first job; NULL when none could be made. */
+    static pgo_helper *pgo_helper_new(void) {
+        pgo_helper *h = (pgo_helper *)calloc(1, sizeof *h);
+        if (h == NULL)
+            return NULL;
+        h->go.lock = PyThread_allocate_lock();
+        h->done.lock = PyThread_allocate_lock();
+        if (h->go.lock == NULL || h->done.lock == NULL)
+            goto fail;
+        /* both held: a wait blocks on them until the other side releases */
+        PyThread_acquire_lock(h->go.lock, WAIT_LOCK);
+        PyThread_acquire_lock(h->done.lock, WAIT_LOCK);
+        if (PyThread_start_new_thread(pgo_helper_main, h) == PYTHREAD_INVALID_THREAD_ID)
+            goto fail;
+        return h;
+    fail:
+        if (h->go.lock != NULL) PyThread_free_lock(h->go.lock);
+        if (h->done.lock != NULL) PyThread_free_lock(h->done.lock);
+        free(h);
+        return NULL;
+    }
+
+    static inline void pgo_helper_start(pgo_helper *h, pgo_job_fn fn, void *arg) {
+        h->fn = fn;
+        h->arg = arg;
+        pgo_signal_raise(&h->go);
+    }
+
+    static inline void pgo_helper_wait(pgo_helper *h) {
+        pgo_signal_wait(&h->done, PGO_SPIN_DONE);
+    }
+    """
+    ctypedef void (*pgo_job_fn)(void *) noexcept nogil
+    ctypedef struct pgo_helper:
+        pgo_helper *next
+    pgo_helper *pgo_helper_new() noexcept
+    void pgo_helper_start(pgo_helper *h, pgo_job_fn fn, void *arg) noexcept nogil
+    void pgo_helper_wait(pgo_helper *h) noexcept nogil
+
+
+cdef Py_ssize_t g_helper_min_feed = 256 << 10    # a smaller feed: the calling thread only
+cdef Py_ssize_t g_helper_min_changes = 256       # a smaller window: likewise (a hand-over
+                                                 # costs a few microseconds, a sleeping
+                                                 # helper's wake-up tens)
+
+cdef pgo_helper *g_idle_helpers = NULL       # (touched under the GIL only)
+cdef Py_ssize_t g_helpers_started = 0
+cdef Py_ssize_t g_helper_jobs = 0            # jobs run on a helper (tests: the path ran)
+
+
+cdef pgo_helper *helper_take() noexcept:
+    """An idle helper (a new one when none is idle), or NULL when no thread could be
+    started: the caller then does the work itself. Under the GIL."""
+    global g_idle_helpers, g_helpers_started
+    cdef pgo_helper *h = g_idle_helpers
+    if h != NULL:
+        g_idle_helpers = h.next
+        h.next = NULL
+        return h
+    h = pgo_helper_new()
+    if h != NULL:
+        g_helpers_started += 1
+    return h
+
+
+cdef void helper_give(pgo_helper *h) noexcept:
+    """Back to the idle list (its job waited for). Under the GIL."""
+    global g_idle_helpers
+    if h != NULL:
+        h.next = g_idle_helpers
+        g_idle_helpers = h
+
+
+def _forget_helpers():
+    """In a forked child: the parent's helper threads do not exist here."""
+    global g_idle_helpers, g_helpers_started
+    g_idle_helpers = NULL
+    g_helpers_started = 0
+
+
+def _set_helper_limits(Py_ssize_t feed_bytes, Py_ssize_t changes):
+    """Tests: the smallest feed and window the helper takes; returns the old pair."""
+    global g_helper_min_feed, g_helper_min_changes
+    old = (g_helper_min_feed, g_helper_min_changes)
+    g_helper_min_feed = feed_bytes
+    g_helper_min_changes = changes
+    return old
+
+
+def _helper_stats():
+    """(helper threads started in this process, jobs run on them): for tests."""
+    return g_helpers_started, g_helper_jobs
+
+
+import os as _os
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_forget_helpers)
+
+
+cdef int default_threads():
+    """The threads a Decoder uses when not told: 2 when this process may run on two
+    CPUs or more, else 1. PGOUTPUT_FAST_DECODER_THREADS sets it for the whole process
+    (1: every Decoder on its calling thread only)."""
+    cdef object env = _os.environ.get("PGOUTPUT_FAST_DECODER_THREADS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise ValueError(f"PGOUTPUT_FAST_DECODER_THREADS={env!r} is not a whole number "
+                             "(1: no helper thread, 2: one)") from None
+    try:
+        n = len(_os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = _os.cpu_count() or 1
+    return 2 if n >= 2 else 1

@@ -1,0 +1,281 @@
+"""A Decoder's helper thread (src/helper_thread.pxi): with both outputs and ``threads=2``,
+each window's change-event rows are written on a second thread while the calling thread
+writes the typed rows of the same changes. The output must be exactly what one thread
+writes, and what the pure-Python reference writes: every typed table, the change-event
+table, the same DecodeError (index, offset, type) with the same output before it when a
+message is damaged, whatever the feed boundaries; the windows of small transactions,
+the parts of large ones, and those of streamed and prepared transactions alike.
+
+The helper takes only feeds and windows large enough to pay for the hand-over; these
+tests lower both limits to nothing so that every window of their small streams goes
+through it (and count that it did)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, strategies as st
+
+from pgoutput_fast.decoder import Decoder
+from tests.decoder.test_decoder_parity import (
+    IMPLS, allowed_cuts, assert_results_equal, assert_tables_equal, damage_one, feed_both, make_decoder,
+    run_feed, split,
+)
+from tests.decoder.test_txn_window import WINDOW_SETTINGS, pending_txns, small_txns
+from tests.support.captures import FIXTURE_NAMES, load_fixture
+
+native = pytest.importorskip("pgoutput_fast._native")
+
+
+@pytest.fixture(autouse=True)
+def every_window_on_the_helper():
+    old = native._set_helper_limits(0, 1)
+    try:
+        yield
+    finally:
+        native._set_helper_limits(*old)
+
+
+def feed_threads(batches, threads, **kwargs):
+    dec = make_decoder(IMPLS["native"], threads=threads, **kwargs)
+    assert dec.threads == threads
+    return [run_feed(dec, pa.array(m, pa.binary()), list(l)) for m, l in batches]
+
+
+def assert_helper_changes_nothing(batches, **kwargs):
+    """The native decoder with the helper and without, feed by feed, then the
+    reference (with the helper) against the native: returns the helper's jobs run."""
+    jobs = native._helper_stats()[1]
+    two = feed_threads(batches, 2, **kwargs)
+    jobs = native._helper_stats()[1] - jobs
+    one = feed_threads(batches, 1, **kwargs)
+    for k, (a, b) in enumerate(zip(two, one)):
+        assert_results_equal(a, b, f"feed {k}, threads 2 / 1")
+    feed_both(batches, threads=2, **kwargs)
+    return jobs
+
+
+def _cuts(msgs, data):
+    return allowed_cuts(msgs, data.draw(st.lists(st.integers(1, max(1, len(msgs) - 1)), max_size=3,
+                                                 unique=True)) if len(msgs) > 1 else [])
+
+
+@WINDOW_SETTINGS
+@given(stream=small_txns(), data=st.data())
+def test_small_transactions_same_with_and_without_helper(stream, data):
+    msgs, lsns = stream
+    options = data.draw(st.sampled_from([{}, {"binary_unknown": True}]))
+    cuts = _cuts(msgs, data)
+    assert_helper_changes_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))), **options)
+
+
+@WINDOW_SETTINGS
+@given(stream=small_txns(max_txns=25), data=st.data())
+def test_small_transactions_damaged_same_error_with_helper(stream, data):
+    """A damaged message inside a window the helper wrote the events of: the window is
+    undone (both outputs) and the message-at-a-time path reports the error."""
+    msgs, lsns = stream
+    damage_one(msgs, data)
+    assert_helper_changes_nothing([(msgs, lsns)])
+
+
+@WINDOW_SETTINGS
+@given(stream=small_txns(max_txns=3, plain_changes=300, relids=(16384, 16390, 16400)), data=st.data())
+def test_large_transactions_same_with_and_without_helper(stream, data):
+    """Parts of large open transactions (window_part_run), cut by feeds too."""
+    msgs, lsns = stream
+    cuts = _cuts(msgs, data)
+    assert_helper_changes_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))))
+
+
+@WINDOW_SETTINGS
+@given(stream=small_txns(max_txns=2, plain_changes=300, relids=(16384, 16390)), data=st.data())
+def test_large_transactions_damaged_same_error_with_helper(stream, data):
+    msgs, lsns = stream
+    damage_one(msgs, data)
+    assert_helper_changes_nothing([(msgs, lsns)])
+
+
+@WINDOW_SETTINGS
+@given(stream=small_txns(max_txns=3, plain_changes=300, relids=(16384,)), data=st.data())
+def test_one_relation_runs_same_with_and_without_helper(stream, data):
+    """Large transactions of one relation: the block writers' runs (_run_blocks), the
+    events' blocks on the helper beside the typed ones, both cut back to where the
+    first stops ('u' values, a short block, a Truncate or Relation among them)."""
+    msgs, lsns = stream
+    cuts = _cuts(msgs, data)
+    assert_helper_changes_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))))
+
+
+@WINDOW_SETTINGS
+@given(stream=small_txns(max_txns=2, plain_changes=300, relids=(16384,)), data=st.data())
+def test_one_relation_runs_damaged_same_error_with_helper(stream, data):
+    """A damaged change in a run: the typed rows raise it (the events cut back to it),
+    or the events' writer stops first and the row-wise path raises it, as without the
+    helper."""
+    msgs, lsns = stream
+    damage_one(msgs, data)
+    assert_helper_changes_nothing([(msgs, lsns)])
+
+
+@WINDOW_SETTINGS
+@given(stream=pending_txns(relids=(16384,)), data=st.data())
+def test_one_relation_pending_runs_same_with_and_without_helper(stream, data):
+    """Streamed and prepared transactions of one relation: their runs checked on
+    arrival through _run_blocks, into the spool's rows."""
+    msgs, lsns = stream
+    cuts = _cuts(msgs, data)
+    assert_helper_changes_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))))
+
+
+@WINDOW_SETTINGS
+@given(stream=pending_txns(), data=st.data())
+def test_pending_transactions_same_with_and_without_helper(stream, data):
+    """Streamed and prepared transactions' parts (pending_part_run: the events go to
+    the spool's rows, the typed rows to its builders or a dry run) and the replays at
+    their commits (replay_part_run)."""
+    msgs, lsns = stream
+    options = data.draw(st.sampled_from([{}, {"max_pending_bytes": 3000}]))
+    cuts = _cuts(msgs, data)
+    assert_helper_changes_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))), **options)
+
+
+@WINDOW_SETTINGS
+@given(stream=pending_txns(max_steps=6), data=st.data())
+def test_pending_transactions_damaged_same_error_with_helper(stream, data):
+    msgs, lsns = stream
+    damage_one(msgs, data)
+    assert_helper_changes_nothing([(msgs, lsns)])
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_real_captures_same_with_and_without_helper(name):
+    """Every real capture, whole: the helper wrote events of some window of each one
+    that has windows (plain transactions of changes)."""
+    lsns, msgs = load_fixture(name)
+    windows = native._txn_windows_taken() + native._txn_parts_taken()
+    jobs = assert_helper_changes_nothing([(list(msgs), list(lsns))])
+    windows = native._txn_windows_taken() + native._txn_parts_taken() - windows
+    if windows:
+        assert jobs > 0
+
+
+def test_helper_only_with_both_outputs_and_large_enough_feeds():
+    lsns, msgs = load_fixture(FIXTURE_NAMES[0])
+    batch = pa.array(list(msgs), pa.binary())
+    for kwargs, used in (({}, True), ({"events": False}, False), ({"tables": False}, False)):
+        jobs = native._helper_stats()[1]
+        Decoder(threads=2, **kwargs).feed(batch, list(lsns))
+        assert (native._helper_stats()[1] > jobs) == used, kwargs
+    native._set_helper_limits(batch.nbytes + 1, 1)        # a smaller feed: not taken
+    jobs = native._helper_stats()[1]
+    Decoder(threads=2).feed(batch, list(lsns))
+    assert native._helper_stats()[1] == jobs
+    jobs = native._helper_stats()[1]
+    Decoder(threads=1).feed(batch, list(lsns))
+    assert native._helper_stats()[1] == jobs
+
+
+def test_threads_argument_and_environment(monkeypatch):
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="threads must be 1 or more"):
+            Decoder(threads=bad)
+    monkeypatch.setenv("PGOUTPUT_FAST_DECODER_THREADS", "1")
+    assert Decoder().threads == 1
+    assert Decoder(threads=2).threads == 2                 # (the argument wins)
+    monkeypatch.setenv("PGOUTPUT_FAST_DECODER_THREADS", "3")
+    assert Decoder().threads == 3
+    monkeypatch.setenv("PGOUTPUT_FAST_DECODER_THREADS", "two")
+    with pytest.raises(ValueError, match="PGOUTPUT_FAST_DECODER_THREADS='two' is not a whole number"):
+        Decoder()
+    monkeypatch.delenv("PGOUTPUT_FAST_DECODER_THREADS")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert Decoder().threads == (2 if cpus >= 2 else 1)
+
+
+def _decode_all_fixtures(threads):
+    out = []
+    for name in FIXTURE_NAMES:
+        lsns, msgs = load_fixture(name)
+        cs = Decoder(threads=threads).feed(pa.array(list(msgs), pa.binary()), list(lsns))
+        out.append((cs.events, [(v.qualified_name, t) for v, t in cs.table_versions]))
+    return out
+
+
+def test_decoders_on_many_threads_each_with_a_helper():
+    """Eight threads at once, each Decoder with its helper: the process's idle list
+    hands each feed its own (more helpers start), and each result is one thread's."""
+    want = _decode_all_fixtures(1)
+    got: dict = {}
+    errors: list = []
+
+    def work(k):
+        try:
+            got[k] = _decode_all_fixtures(2)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for k in range(8):
+        assert_same_decodes(got[k], want, f"thread {k}")
+
+
+def assert_same_decodes(got, want, what):
+    assert len(got) == len(want)
+    for (ea, ta), (eb, tb) in zip(got, want):
+        assert_tables_equal(ea, eb, f"{what}: events")
+        assert [n for n, _ in ta] == [n for n, _ in tb], what
+        for (n, a), (_, b) in zip(ta, tb):
+            assert_tables_equal(a, b, f"{what}: {n}")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() on this platform")
+def test_forked_child_starts_its_own_helper():
+    """A child forked after the parent's helpers ran (a Spark worker forks from its
+    daemon) has none of those threads: it starts its own, and decodes as the parent."""
+    want = _decode_all_fixtures(1)
+    _decode_all_fixtures(2)                                 # (the parent's helpers exist)
+    assert native._helper_stats()[0] >= 1
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                            # the child
+        code = 1
+        try:
+            os.close(r)
+            assert native._helper_stats()[0] == 0
+            got = _decode_all_fixtures(2)
+            try:
+                assert_same_decodes(got, want, "child")
+                ok = True
+            except AssertionError:
+                ok = False
+            started, jobs = native._helper_stats()
+            os.write(w, f"{int(ok)} {started} {jobs}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as f:
+        reply = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (status, reply)
+    ok, started, jobs = map(int, reply.split())
+    assert ok == 1
+    assert started >= 1 and jobs >= 1
+
+
+def test_reference_takes_the_argument():
+    from pgoutput_fast import _reference
+    dec = make_decoder(_reference, threads=2)
+    assert dec.threads == 1
+    with pytest.raises(ValueError):
+        make_decoder(_reference, threads=0)
+    assert sys.modules.get("pgoutput_fast._native") is native
