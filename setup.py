@@ -135,6 +135,11 @@ class BuildExt(build_ext):
                             ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
             shutil.copy2(built, os.path.join(tmp, "pgoutput_fast", os.path.basename(built)))
             env = {k: v for k, v in os.environ.items() if not k.startswith("PGOUTPUT_FAST_")}
+            # one thread: the instrumented build's counters are not atomic, and a Decoder's
+            # helper thread running the same functions at once made GCC refuse the profile
+            # ("corrupted profile info: profile data is not flow-consistent"); the helper
+            # runs the very functions the calling thread does, so their profile is the same
+            env["PGOUTPUT_FAST_DECODER_THREADS"] = "1"
             # (first on the path; pip's isolated build environment has its own entry there)
             env["PYTHONPATH"] = os.pathsep.join([tmp] + [p for p in [env.get("PYTHONPATH")] if p])
             try:

@@ -46,7 +46,7 @@ cdef extern from *:
     #  define PGO_HELPER_SPIN 0
     #endif
     #define PGO_SPIN_JOB (1 << 15)      /* pauses the helper waits for the next job, awake */
-    #define PGO_SPIN_DONE (1 << 17)     /* pauses the caller waits for the job's end, awake */
+    #define PGO_SPIN_DONE (1 << 15)     /* pauses the caller waits for the job's end, awake */
 
     typedef struct pgo_signal {
         PyThread_type_lock lock;        /* held while nobody is woken through it */
