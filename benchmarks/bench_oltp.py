@@ -68,3 +68,37 @@ def test_oltp_decoder(benchmark, workload, mode, path):
     if path in ("both", "both1") and all(alone):
         slower = max(a["median"] for a in alone)
         NOTES.append(f"{'':34s} both outputs / the slower alone: {mine / slower:.2f}")
+
+
+@pytest.mark.parametrize("workload,mode", WORKLOADS)
+@pytest.mark.benchmark(group="oltp-interleaved")
+def test_oltp_outputs_interleaved(benchmark, workload, mode):
+    """The four paths alternating, one decode of each per round: a host whose speed
+    drifts (the development VM's does, by up to 1.6x between minutes) then moves them
+    alike, where the separate benchmarks above can land on either side of a slow phase.
+    The benchmark times a round; the notes give each path's median, both outputs against
+    the slower alone, and the default Decoder against one thread."""
+    import statistics
+    import time
+
+    lsns, msgs, nbytes = corpus_data(workload, mode)
+    times: dict = {p: [] for p in PATHS}
+
+    def one_round():
+        for p, kw in PATHS.items():
+            t = time.perf_counter()
+            cs = Decoder(**kw).feed(msgs, lsns)
+            times[p].append(time.perf_counter() - t)
+            del cs                                 # (dropped before the next: the cache)
+    for _ in range(2):
+        one_round()                                # (untimed: the block cache's pages warm)
+    for v in times.values():
+        v.clear()
+    benchmark.pedantic(one_round, rounds=9, iterations=1)
+    med = {p: statistics.median(v) for p, v in times.items()}
+    record(benchmark, f"oltp-interleaved/{workload}/{mode}", bytes=len(PATHS) * nbytes)
+    slower = max(med["typed"], med["events"])
+    NOTES.append(f"oltp-interleaved/{workload}/{mode:6s} " + "  ".join(
+        f"{p} {nbytes / t / 1e9:4.2f} GB/s" for p, t in med.items())
+        + f"  both / slower alone {med['both'] / slower:.2f} (threads=1: {med['both1'] / slower:.2f})"
+        + f"  both1 / both {med['both1'] / med['both']:.2f}")
