@@ -26,7 +26,7 @@ for impl in native python; do
     # The pure-Python run covers what the implementation changes: the decoder, the
     # messages, the values, the CLI and capture's Python receive loop. It leaves out what
     # does not depend on it or runs the native decoder anyway, already run above:
-    # test_decoder_parity.py and test_txn_window.py (they drive both implementations
+    # test_decoder_parity.py, test_txn_window.py and test_helper_thread.py (they drive both implementations
     # whatever PGOUTPUT_FAST_IMPL says), the Spark pipeline, the Delta sink and the demo (they call the decoder API
     # the decoder tests cover; under the reference they take 10 minutes longer; the
     # snapshot's Spark check too), capture's
@@ -36,6 +36,7 @@ for impl in native python; do
     # joining test_parallel.py covers under both).
     [ "$impl" = python ] && skip=(--ignore=tests/decoder/test_decoder_parity.py
         --ignore=tests/decoder/test_txn_window.py --ignore=tests/decoder/test_threads.py
+        --ignore=tests/decoder/test_helper_thread.py
         --ignore=tests/cli/test_decode_workers.py
         --ignore=tests/spark --ignore=tests/delta --ignore=tests/demo --ignore=tests/package
         --ignore=tests/local_server --ignore=tests/capture/test_capture_durability.py
