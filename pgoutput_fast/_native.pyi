@@ -92,8 +92,14 @@ def _set_size_hints(on: bool) -> bool:
 def _set_helper_limits(feed_bytes: int, changes: int) -> tuple[int, int]:
     """Tests: the smallest feed and window or run a Decoder's helper thread takes."""
 
-def _helper_stats() -> tuple[int, int]:
-    """(helper threads started in this process, jobs run on them)."""
+def _helper_stats() -> tuple[int, int, int, int]:
+    """(helper threads started in this process, jobs run on them, windows whose last events the calling thread wrote, feeds that gave their helper back)."""
+
+def _set_helper_guard(mode: int) -> int:
+    """Tests: 1 a feed gives back a helper whose hand-overs gain nothing, 0 keeps it, 2 takes every hand-over as gaining nothing; returns the old setting."""
+
+def _set_helper_share(share: float) -> float:
+    """Tests: the calling thread's share of a window's events, fixed (-1: each Decoder's own); returns the old one."""
 
 def _forget_helpers() -> None: ...
 

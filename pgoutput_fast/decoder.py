@@ -145,9 +145,11 @@ class Decoder:
             cores a feed then takes about the time of the slower output alone, where
             one core takes the sum). 1: everything on the calling thread. None (the
             default): 2 when this process may run on two CPUs or more, else 1, or what
-            ``PGOUTPUT_FAST_DECODER_THREADS`` says. Give 1 where the cores are already
-            busy with other decoders (``decode_parallel`` does so for its pieces; the
-            Spark reader's Decoders build one output each and so never use it).
+            ``PGOUTPUT_FAST_DECODER_THREADS`` says. A feed whose hand-overs to the
+            helper save nothing (the cores busy with other work) goes on without it.
+            Give 1 where the cores are already busy with other decoders
+            (``decode_parallel`` does so for its pieces; the Spark reader's Decoders
+            build one output each and so never use it).
     """
 
     def __init__(self, catalog: RelationCatalog | str | dict | None = None, *, events: bool = True,

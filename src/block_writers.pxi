@@ -468,6 +468,7 @@ cdef struct EvRunJob:                 # ev_run's arguments and result, for the h
     Py_ssize_t end
     int xo
     Py_ssize_t k
+    int64_t ns                       # the time it took
 
 
 cdef void ev_run_job(void *arg) noexcept nogil:
@@ -475,6 +476,12 @@ cdef void ev_run_job(void *arg) noexcept nogil:
     thread: each block through ev_block. k: the first change not written (a change the
     writer does not take: the caller goes on from there), or -1 (out of memory)."""
     cdef EvRunJob *jb = <EvRunJob *>arg
+    cdef int64_t t0 = pgo_now_ns()
+    ev_run_blocks(jb)
+    jb.ns = pgo_now_ns() - t0
+
+
+cdef void ev_run_blocks(EvRunJob *jb) noexcept nogil:
     cdef Py_ssize_t i = jb.i, j, k, nbytes
     cdef int olds
     while i < jb.end:

@@ -98,6 +98,10 @@ cdef class DecoderCore:
     cdef public int threads         # 2: the change-event rows on a helper thread
                                     # beside the typed rows (helper_thread.pxi)
     cdef pgo_helper *helper         # that thread, during a feed() (else NULL)
+    cdef EvStore ev_own             # the calling thread's share of a window's event rows
+                                    # beside the helper's (appended to ev after them)
+    cdef double ev_share            # that share of the changes, from the last window's times
+    cdef int helper_strikes         # hand-overs in a row that took longer than one thread
 
     def __cinit__(self):
         self.rb_current = {}
@@ -138,6 +142,7 @@ cdef class DecoderCore:
     def __dealloc__(self):
         ev_free(&self.ev)
         ev_free(&self.ev_spare)
+        ev_free(&self.ev_own)
         buf_free(&self.scratch)
         buf_free(&self.cp_scratch)
         buf_free(&self.run_refs)
@@ -201,6 +206,7 @@ cdef class DecoderCore:
             if (self.threads >= 2 and self.want_events and self.want_tables
                     and self.feed_bytes >= g_helper_min_feed):
                 self.helper = helper_take()  # (NULL: no thread to be had, one does all)
+                self.helper_strikes = 0
             self._feed(refs, nrefs)
         finally:
             helper_give(self.helper)         # (every job it ran was waited for)
@@ -743,6 +749,23 @@ cdef class DecoderCore:
                 ev_truncate(&self.ev, ev_base + (index[0] - i))
         return 0
 
+    cdef void _helper_verdict(self, int64_t wall, int64_t alone):
+        """After a hand-over: wall, the time from the job's start to its end as this
+        thread saw it; alone, what the two threads' work took each (the sum: one thread
+        would have taken about that). A hand-over that took as long as one thread
+        would have (the machine's cores are busy with other work, and the helper waits
+        to be run) is a strike; HELPER_STRIKES in a row and the feed gives its helper
+        back and goes on on this thread (the next feed tries again)."""
+        global g_helper_dropped
+        if g_helper_guard == 0 or (g_helper_guard == 1 and wall * 10 < alone * 9):
+            self.helper_strikes = 0
+            return
+        self.helper_strikes += 1
+        if self.helper_strikes >= HELPER_STRIKES and self.helper != NULL:
+            helper_give(self.helper)
+            self.helper = NULL
+            g_helper_dropped += 1
+
     cdef int _run_blocks_beside(self, const MsgRef *refs, Py_ssize_t *index, Py_ssize_t end,
                                 RelBuilders rb, int xo) except -1:
         """_run_blocks with both outputs, the change events on the helper thread: the
@@ -760,6 +783,7 @@ cdef class DecoderCore:
         cdef EvRel v
         cdef const int32_t *brow
         cdef object err = None
+        cdef int64_t t0, t1
         if not rb.dirty:
             self._touch(rb)
         ev_rel(&v, rb)
@@ -770,6 +794,7 @@ cdef class DecoderCore:
         job.i = i
         job.end = end
         job.xo = xo
+        t0 = pgo_now_ns()
         with nogil:
             pgo_helper_start(self.helper, ev_run_job, &job)
         try:
@@ -777,10 +802,12 @@ cdef class DecoderCore:
         except DecodeError as exc:
             err = exc
         finally:
+            t1 = pgo_now_ns()
             with nogil:
                 pgo_helper_wait(self.helper)
         global g_helper_jobs
         g_helper_jobs += 1
+        self._helper_verdict(pgo_now_ns() - t0, (t1 - t0) + job.ns)
         kev = job.k
         if kev < 0:
             raise MemoryError()

@@ -322,8 +322,9 @@ cdef int map_append(MapB *dst, const MapB *src) noexcept nogil:
 
 cdef int ev_append(EvStore *dst, const EvStore *src, const Ctx *ctx) noexcept nogil:
     """Append src's rows to dst, with ctx's commit LSN, commit time, xid and origin (their
-    lsn, seq and everything else as written). -1: no memory, -2: past int32 offsets;
-    dst is then cut back to its rows before."""
+    lsn, seq and everything else as written), or with everything as written when ctx is
+    NULL. -1: no memory, -2: past int32 offsets; dst is then cut back to its rows
+    before."""
     cdef Py_ssize_t n = src.meta.rows, base = dst.meta.rows
     cdef Meta *m = &dst.meta
     cdef int rc
@@ -344,7 +345,10 @@ cdef int ev_append(EvStore *dst, const EvStore *src, const Ctx *ctx) noexcept no
     if rc < 0:
         ev_truncate(dst, base)
         return rc
-    meta_put_kept(m, &src.meta, n, ctx)
+    if ctx == NULL:
+        meta_put_rows(m, &src.meta, n)
+    else:
+        meta_put_kept(m, &src.meta, n, ctx)
     return 0
 
 

@@ -45,8 +45,29 @@ cdef extern from *:
     #else
     #  define PGO_HELPER_SPIN 0
     #endif
-    #define PGO_SPIN_JOB (1 << 15)      /* pauses the helper waits for the next job, awake */
-    #define PGO_SPIN_DONE (1 << 15)     /* pauses the caller waits for the job's end, awake */
+    /* a monotonic clock, for the split of a window's events between the two threads */
+    #if defined(_WIN32)
+    #  include <windows.h>
+    static int64_t pgo_now_ns(void) {
+        LARGE_INTEGER f, c;
+        QueryPerformanceFrequency(&f);
+        QueryPerformanceCounter(&c);
+        return (int64_t)((double)c.QuadPart * 1e9 / (double)f.QuadPart);
+    }
+    #else
+    #  include <time.h>
+    static int64_t pgo_now_ns(void) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+    }
+    #endif
+
+    /* pauses the helper waits for the next job awake (about 0.1-0.3 ms: the calling
+       thread's scan of the next window), and the caller for the job's end (0.2-0.6 ms);
+       a waiter awake longer would take a core a busy machine's other work needs */
+    #define PGO_SPIN_JOB (1 << 12)
+    #define PGO_SPIN_DONE (1 << 13)
 
     typedef struct pgo_signal {
         PyThread_type_lock lock;        /* held while nobody is woken through it */
@@ -142,6 +163,7 @@ cdef extern from *:
     pgo_helper *pgo_helper_new() noexcept
     void pgo_helper_start(pgo_helper *h, pgo_job_fn fn, void *arg) noexcept nogil
     void pgo_helper_wait(pgo_helper *h) noexcept nogil
+    int64_t pgo_now_ns() noexcept nogil
 
 
 cdef Py_ssize_t g_helper_min_feed = 256 << 10    # a smaller feed: the calling thread only
@@ -152,6 +174,10 @@ cdef Py_ssize_t g_helper_min_changes = 256       # a smaller window: likewise (a
 cdef pgo_helper *g_idle_helpers = NULL       # (touched under the GIL only)
 cdef Py_ssize_t g_helpers_started = 0
 cdef Py_ssize_t g_helper_jobs = 0            # jobs run on a helper (tests: the path ran)
+cdef Py_ssize_t g_own_shares = 0             # windows whose last events the calling thread wrote
+cdef Py_ssize_t g_helper_dropped = 0         # feeds that gave their helper back (no gain)
+DEF HELPER_STRIKES = 2                       # hand-overs in a row that gained nothing: the
+                                             # feed goes on without its helper
 
 
 cdef pgo_helper *helper_take() noexcept:
@@ -184,6 +210,34 @@ def _forget_helpers():
     g_helpers_started = 0
 
 
+cdef double g_helper_share = -1         # tests: the calling thread's share of a window's
+                                        # events, fixed (-1: each Decoder's own, from its times)
+
+
+def _set_helper_share(double share):
+    """Tests: the share of a window's changes whose events the calling thread writes
+    (0 to 1), or -1 for each Decoder's own; returns the old setting."""
+    global g_helper_share
+    old = g_helper_share
+    g_helper_share = share
+    return old
+
+
+cdef int g_helper_guard = 1              # 1: a feed gives back a helper that gains nothing;
+                                        # tests: 0 keeps it whatever, 2 counts every
+                                        # hand-over as gaining nothing
+
+
+def _set_helper_guard(int mode):
+    """Tests: 1 (the default) a feed gives back a helper whose hand-overs gain nothing,
+    0 keeps it whatever they take, 2 takes every hand-over as gaining nothing; returns
+    the old setting."""
+    global g_helper_guard
+    old = g_helper_guard
+    g_helper_guard = mode
+    return old
+
+
 def _set_helper_limits(Py_ssize_t feed_bytes, Py_ssize_t changes):
     """Tests: the smallest feed and window the helper takes; returns the old pair."""
     global g_helper_min_feed, g_helper_min_changes
@@ -194,8 +248,10 @@ def _set_helper_limits(Py_ssize_t feed_bytes, Py_ssize_t changes):
 
 
 def _helper_stats():
-    """(helper threads started in this process, jobs run on them): for tests."""
-    return g_helpers_started, g_helper_jobs
+    """(helper threads started in this process, jobs run on them, windows whose last
+    changes' events the calling thread wrote beside the helper's, feeds that gave their
+    helper back because it gained nothing): for tests."""
+    return g_helpers_started, g_helper_jobs, g_own_shares, g_helper_dropped
 
 
 import os as _os

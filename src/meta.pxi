@@ -167,6 +167,26 @@ cdef inline Py_ssize_t meta_nbytes(const Meta *m) noexcept nogil:
             + m.op.len + m.origin.len)
 
 
+cdef void meta_put_rows(Meta *m, const Meta *src, Py_ssize_t n) noexcept nogil:
+    """src's n rows into room that meta_reserve made, as written (ev_append without a
+    commit's context)."""
+    memcpy(m.lsn.data + m.lsn.len, src.lsn.data, <size_t>(8 * n))
+    memcpy(m.commit_lsn.data + m.commit_lsn.len, src.commit_lsn.data, <size_t>(8 * n))
+    memcpy(m.commit_ts.data + m.commit_ts.len, src.commit_ts.data, <size_t>(8 * n))
+    memcpy(m.xid.data + m.xid.len, src.xid.data, <size_t>(8 * n))
+    memcpy(m.seq.data + m.seq.len, src.seq.data, <size_t>(8 * n))
+    memcpy(m.op.data + m.op.len, src.op.data, <size_t>n)
+    memcpy(m.origin.data + m.origin.len, src.origin.data, <size_t>(4 * n))
+    m.lsn.len += 8 * n
+    m.commit_lsn.len += 8 * n
+    m.commit_ts.len += 8 * n
+    m.xid.len += 8 * n
+    m.seq.len += 8 * n
+    m.op.len += n
+    m.origin.len += 4 * n
+    m.rows += n
+
+
 cdef void meta_put_kept(Meta *m, const Meta *src, Py_ssize_t n, const Ctx *ctx) noexcept nogil:
     """src's n rows into room that meta_reserve made: their lsn, seq and op as written,
     ctx's commit LSN, commit time, xid and origin (rows kept for a transaction that

@@ -83,6 +83,8 @@ DEF WIN_MAX_TXNS = 4096              # transactions one window holds at most
 DEF WIN_MAX_BYTES = 4 << 20          # a window ends after the transaction that passes this
 DEF WIN_MAX_GROUPS = 64              # relations one window writes at most
 DEF WIN_NOGIL_CHANGES = 32           # a window of this many changes writes its events without the GIL
+DEF WIN_NO_STOP = 0x7FFFFFFFFFFFFFFF  # window_events' a_stop: none
+DEF WIN_SHARE_MAX = 0.45             # the calling thread's share of a window's events, at most
 
 
 cdef struct WinTxn:
@@ -567,13 +569,36 @@ cdef struct EvJob:                   # window_events' arguments, for the helper 
     const int32_t *grp
     Py_ssize_t r
     Py_ssize_t a
+    Py_ssize_t a_stop
     int xo
     int rc
+    int64_t ns                       # the time it took
 
 
 cdef void ev_job_run(void *arg) noexcept nogil:
     cdef EvJob *j = <EvJob *>arg
-    j.rc = window_events(j.e, j.evr, &j.ctx, j.refs, j.txns, j.ntx, j.grp, &j.r, &j.a, j.xo)
+    cdef int64_t t0 = pgo_now_ns()
+    j.rc = window_events(j.e, j.evr, &j.ctx, j.refs, j.txns, j.ntx, j.grp, &j.r, &j.a, j.xo, j.a_stop)
+    j.ns = pgo_now_ns() - t0
+
+
+cdef inline double helper_share_next(double share, int64_t typed_ns, int64_t helper_ns,
+                                     int64_t own_ns) noexcept nogil:
+    """The share of a window's changes whose events the calling thread writes next
+    (window_write): where the two threads end together, from this window's times (the
+    typed rows T, the events E = the helper's share + the calling thread's), f = (E - T)
+    / 2E, at most WIN_SHARE_MAX; halfway from the last share to it (a window's times
+    move with the VM and the data)."""
+    cdef double e = <double>(helper_ns + own_ns)
+    cdef double f
+    if e <= 0:
+        return share
+    f = (e - <double>typed_ns) / (2 * e)
+    if f < 0:
+        f = 0
+    elif f > WIN_SHARE_MAX:
+        f = WIN_SHARE_MAX
+    return 0.5 * share + 0.5 * f
 
 
 cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_ssize_t nch,
@@ -596,9 +621,12 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
     cdef bint events = self.want_events, tables = self.want_tables
     cdef EvRel evr[WIN_MAX_GROUPS]
     cdef WinGroup wg[WIN_MAX_GROUPS]
-    cdef int rc, trc = 0
+    cdef int rc, trc = 0, orc = 0
     cdef EvJob job
-    cdef Ctx tctx
+    cdef Ctx tctx, octx
+    cdef Py_ssize_t q, r2, a2
+    cdef double share
+    cdef int64_t t0, t1, t2
     cdef bint beside = (events and tables and self.helper != NULL
                         and nch >= g_helper_min_changes)
     cdef bint ran = beside               # the events' writer already ran from (r, a)
@@ -617,8 +645,15 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
         # the events' block writer on the helper thread and the typed one here, at
         # once, each with its own copy of the context: the events' moves from
         # transaction to transaction, the typed rows' is the one they are written
-        # with below (only its seq changes); what either leaves goes on below, on
-        # this thread, as it would after the writer had run here
+        # with below (only its seq changes). When the typed rows take less time than
+        # the events (binary mode: each value's text is formatted), this thread then
+        # writes the events of the window's last changes (ev_share of them, from the
+        # last window's times) into ev_own, appended after the helper's. What either
+        # leaves goes on below, on this thread, as it would after the writer had run here
+        share = g_helper_share if g_helper_share >= 0 else self.ev_share
+        q = nch - <Py_ssize_t>(share * nch)  # the first change of this thread's share
+        if q < 1:
+            q = 1
         job.e = &self.ev
         job.evr = evr
         job.ctx = self.ctx
@@ -628,22 +663,56 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
         job.grp = grp
         job.r = r
         job.a = a
+        job.a_stop = WIN_NO_STOP
         job.xo = xo
+        if q < nch:
+            r2 = rows[q].txn
+            a2 = txns[r2].begin + chg_at[q]
+            job.a_stop = a2
+            window_ctx(&octx, &txns[r2])     # (the share may start inside a transaction)
+            octx.seq = rows[q].seq
+            ev_truncate(&self.ev_own, 0)
         tctx = self.ctx
         tctx.snapshot = 0
         tctx.origin = txns[0].origin
         with nogil:
             pgo_helper_start(self.helper, ev_job_run, &job)
+            t0 = pgo_now_ns()
             trc = window_typed(wg, ngroups, refs, txns, grp, chg_at, rows, nch, grefs, off,
                                &self.cp_scratch, &self.scratch, &tctx, xo)
+            t1 = pgo_now_ns()
+            if q < nch and trc >= 0:
+                orc = window_events(&self.ev_own, evr, &octx, refs, txns, ntx, grp, &r2, &a2, xo)
+            t2 = pgo_now_ns()
             pgo_helper_wait(self.helper)
         global g_helper_jobs
         g_helper_jobs += 1
-        if job.rc < 0 or trc < 0:
+        self._helper_verdict(pgo_now_ns() - t0, (t2 - t0) + job.ns)
+        if job.rc < 0 or trc < 0 or orc < 0:
             raise MemoryError()
-        self.ctx = job.ctx
-        r = job.r
-        a = job.a
+        if q < nch and job.a == job.a_stop:
+            # the helper wrote its share whole: this thread's follows it, and the writer
+            # goes on from where this thread's stopped
+            if self.ev_own.meta.rows and ev_append(&self.ev, &self.ev_own, NULL) < 0:
+                raise MemoryError()
+            global g_own_shares
+            g_own_shares += 1
+            self.ctx = octx
+            r = r2
+            a = a2
+            self.ev_share = helper_share_next(self.ev_share, t1 - t0, job.ns, t2 - t1)
+        else:
+            # (the helper stopped inside its share, at a change it does not take: the
+            # writer goes on from there, over this thread's share too)
+            self.ctx = job.ctx
+            r = job.r
+            a = job.a
+            if q == nch:
+                self.ev_share = helper_share_next(self.ev_share, t1 - t0, job.ns, 0)
+            else:
+                self.ev_share *= 0.5         # (this thread's share was written for nothing)
+        if q < nch:
+            ev_truncate(&self.ev_own, 0)
     if events:
         self.want_tables = False
         try:
@@ -824,21 +893,26 @@ cdef int window_scan(WinScan *ws, const MsgRef *refs, Py_ssize_t nrefs, WinTxn *
 
 cdef int window_events(EvStore *e, const EvRel *evr, Ctx *ctx, const MsgRef *refs,
                        const WinTxn *txns, Py_ssize_t ntx, const int32_t *grp,
-                       Py_ssize_t *r_io, Py_ssize_t *a_io, int xo) noexcept nogil:
+                       Py_ssize_t *r_io, Py_ssize_t *a_io, int xo,
+                       Py_ssize_t a_stop=WIN_NO_STOP) noexcept nogil:
     """The change-event rows of the window's transactions (or of a part: one
     transaction) from transaction *r_io's change refs[*a_io] on, in stream order: each
     transaction's changes, of any relations and shapes, through ev_mixed, with that
-    transaction's context in ctx. xo: 4 for a streamed part's changes. Stops at a change
-    the writer does not take: *r_io and *a_io are then that change's (the caller writes
-    it row-wise, then calls again from the next); *r_io == ntx when all are written.
-    0, or -1 when memory ran out."""
-    cdef Py_ssize_t r = r_io[0], a = a_io[0], b, k
+    transaction's context in ctx (set at each transaction's first change: a start inside
+    one takes ctx as the caller set it). xo: 4 for a streamed part's changes. Stops at a
+    change the writer does not take: *r_io and *a_io are then that change's (the caller
+    writes it row-wise, then calls again from the next); *r_io == ntx when all are
+    written; *a_io == a_stop when it stopped there (the change refs[a_stop], in the
+    window, is not written: the helper's share of the window ends there). 0, or -1 when
+    memory ran out."""
+    cdef Py_ssize_t r = r_io[0], a = a_io[0], b, k, end
     cdef const WinTxn *tx
-    while r < ntx:
+    while r < ntx and a < a_stop:
         tx = &txns[r]
         if a == tx.begin + 1:
             window_ctx(ctx, tx)
-        b = tx.begin + 1 + tx.nchanges
+        end = tx.begin + 1 + tx.nchanges
+        b = end if end <= a_stop else a_stop
         if a < b:
             if xo == 0:                  # (the constant for plain changes: see window_typed)
                 k = ev_mixed(e, evr, grp + tx.first + (a - tx.begin - 1), ctx, refs, a, b, 0)
@@ -851,9 +925,10 @@ cdef int window_events(EvStore *e, const EvRel *evr, Ctx *ctx, const MsgRef *ref
                 a_io[0] = k
                 return 0
             a = b
-        r += 1
-        if r < ntx:
-            a = txns[r].begin + 1
+        if a == end:
+            r += 1
+            if r < ntx:
+                a = txns[r].begin + 1
     r_io[0] = r
     a_io[0] = a
     return 0

@@ -36,11 +36,15 @@ def Decoder(**kwargs):  # noqa: N802 - the native core's, whatever PGOUTPUT_FAST
 
 @pytest.fixture(autouse=True)
 def every_window_on_the_helper():
+    """Every window and run on the helper (kept, whatever its hand-overs gain), the
+    calling thread's share chosen by times."""
     old = native._set_helper_limits(0, 1)
+    guard = native._set_helper_guard(0)
     try:
         yield
     finally:
         native._set_helper_limits(*old)
+        native._set_helper_guard(guard)
 
 
 def feed_threads(batches, threads, **kwargs):
@@ -49,16 +53,26 @@ def feed_threads(batches, threads, **kwargs):
     return [run_feed(dec, pa.array(m, pa.binary()), list(l)) for m, l in batches]
 
 
-def assert_helper_changes_nothing(batches, **kwargs):
+# the calling thread's share of a window's events (-1: each Decoder's own, from its times)
+SHARES = st.sampled_from([-1.0, 0.0, 0.3, 0.6, 0.95])
+
+
+def assert_helper_changes_nothing(batches, share=-1.0, **kwargs):
     """The native decoder with the helper and without, feed by feed, then the
-    reference (with the helper) against the native: returns the helper's jobs run."""
+    reference (with the helper) against the native: returns the helper's jobs run.
+    share: of each window's changes, the part whose events the calling thread writes
+    beside the helper's (fixed for the test; -1 as a Decoder chooses)."""
     jobs = native._helper_stats()[1]
-    two = feed_threads(batches, 2, **kwargs)
-    jobs = native._helper_stats()[1] - jobs
-    one = feed_threads(batches, 1, **kwargs)
-    for k, (a, b) in enumerate(zip(two, one)):
-        assert_results_equal(a, b, f"feed {k}, threads 2 / 1")
-    feed_both(batches, threads=2, **kwargs)
+    old = native._set_helper_share(share)
+    try:
+        two = feed_threads(batches, 2, **kwargs)
+        jobs = native._helper_stats()[1] - jobs
+        one = feed_threads(batches, 1, **kwargs)
+        for k, (a, b) in enumerate(zip(two, one)):
+            assert_results_equal(a, b, f"feed {k}, threads 2 / 1")
+        feed_both(batches, threads=2, **kwargs)
+    finally:
+        native._set_helper_share(old)
     return jobs
 
 
@@ -73,7 +87,7 @@ def test_small_transactions_same_with_and_without_helper(stream, data):
     msgs, lsns = stream
     options = data.draw(st.sampled_from([{}, {"binary_unknown": True}]))
     cuts = _cuts(msgs, data)
-    assert_helper_changes_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))), **options)
+    assert_helper_changes_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))), data.draw(SHARES), **options)
 
 
 @WINDOW_SETTINGS
@@ -83,7 +97,7 @@ def test_small_transactions_damaged_same_error_with_helper(stream, data):
     undone (both outputs) and the message-at-a-time path reports the error."""
     msgs, lsns = stream
     damage_one(msgs, data)
-    assert_helper_changes_nothing([(msgs, lsns)])
+    assert_helper_changes_nothing([(msgs, lsns)], data.draw(SHARES))
 
 
 @WINDOW_SETTINGS
@@ -92,7 +106,7 @@ def test_large_transactions_same_with_and_without_helper(stream, data):
     """Parts of large open transactions (window_part_run), cut by feeds too."""
     msgs, lsns = stream
     cuts = _cuts(msgs, data)
-    assert_helper_changes_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))))
+    assert_helper_changes_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))), data.draw(SHARES))
 
 
 @WINDOW_SETTINGS
@@ -100,7 +114,7 @@ def test_large_transactions_same_with_and_without_helper(stream, data):
 def test_large_transactions_damaged_same_error_with_helper(stream, data):
     msgs, lsns = stream
     damage_one(msgs, data)
-    assert_helper_changes_nothing([(msgs, lsns)])
+    assert_helper_changes_nothing([(msgs, lsns)], data.draw(SHARES))
 
 
 @WINDOW_SETTINGS
@@ -111,7 +125,7 @@ def test_one_relation_runs_same_with_and_without_helper(stream, data):
     first stops ('u' values, a short block, a Truncate or Relation among them)."""
     msgs, lsns = stream
     cuts = _cuts(msgs, data)
-    assert_helper_changes_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))))
+    assert_helper_changes_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))), data.draw(SHARES))
 
 
 @WINDOW_SETTINGS
@@ -122,7 +136,7 @@ def test_one_relation_runs_damaged_same_error_with_helper(stream, data):
     helper."""
     msgs, lsns = stream
     damage_one(msgs, data)
-    assert_helper_changes_nothing([(msgs, lsns)])
+    assert_helper_changes_nothing([(msgs, lsns)], data.draw(SHARES))
 
 
 @WINDOW_SETTINGS
@@ -132,7 +146,7 @@ def test_one_relation_pending_runs_same_with_and_without_helper(stream, data):
     arrival through _run_blocks, into the spool's rows."""
     msgs, lsns = stream
     cuts = _cuts(msgs, data)
-    assert_helper_changes_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))))
+    assert_helper_changes_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))), data.draw(SHARES))
 
 
 @WINDOW_SETTINGS
@@ -144,7 +158,7 @@ def test_pending_transactions_same_with_and_without_helper(stream, data):
     msgs, lsns = stream
     options = data.draw(st.sampled_from([{}, {"max_pending_bytes": 3000}]))
     cuts = _cuts(msgs, data)
-    assert_helper_changes_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))), **options)
+    assert_helper_changes_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))), data.draw(SHARES), **options)
 
 
 @WINDOW_SETTINGS
@@ -152,7 +166,7 @@ def test_pending_transactions_same_with_and_without_helper(stream, data):
 def test_pending_transactions_damaged_same_error_with_helper(stream, data):
     msgs, lsns = stream
     damage_one(msgs, data)
-    assert_helper_changes_nothing([(msgs, lsns)])
+    assert_helper_changes_nothing([(msgs, lsns)], data.draw(SHARES))
 
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
@@ -160,11 +174,16 @@ def test_real_captures_same_with_and_without_helper(name):
     """Every real capture, whole: the helper wrote events of some window of each one
     that has windows (plain transactions of changes)."""
     lsns, msgs = load_fixture(name)
-    windows = native._txn_windows_taken() + native._txn_parts_taken()
-    jobs = assert_helper_changes_nothing([(list(msgs), list(lsns))])
-    windows = native._txn_windows_taken() + native._txn_parts_taken() - windows
-    if windows:
-        assert jobs > 0
+    for share in (-1.0, 0.0, 0.5, 0.95):
+        windows = native._txn_windows_taken() + native._txn_parts_taken()
+        own = native._helper_stats()[2]
+        jobs = assert_helper_changes_nothing([(list(msgs), list(lsns))], share)
+        windows = native._txn_windows_taken() + native._txn_parts_taken() - windows
+        own = native._helper_stats()[2] - own
+        if windows:
+            assert jobs > 0
+            if share >= 0:                  # (-1: as the times say)
+                assert (own > 0) == (share > 0), (share, own)   # (the windows here are whole)
 
 
 def test_helper_only_with_both_outputs_and_large_enough_feeds():
@@ -260,7 +279,7 @@ def test_forked_child_starts_its_own_helper():
                 ok = True
             except AssertionError:
                 ok = False
-            started, jobs = native._helper_stats()
+            started, jobs = native._helper_stats()[:2]
             os.write(w, f"{int(ok)} {started} {jobs}".encode())
             code = 0
         finally:
@@ -282,3 +301,24 @@ def test_reference_takes_the_argument():
     with pytest.raises(ValueError):
         make_decoder(_reference, threads=0)
     assert sys.modules.get("pgoutput_fast._native") is native
+
+
+def test_helper_given_back_when_it_gains_nothing():
+    """A feed whose hand-overs gain nothing (the machine's cores busy with other work;
+    here every hand-over is taken as such) gives its helper back after two, and writes
+    the rest on the calling thread: the output is one thread's all the same."""
+    lsns, msgs = load_fixture("v1_binary")
+    batch = pa.array(list(msgs), pa.binary())
+    assert native._set_helper_guard(2) == 0
+    dropped, jobs = native._helper_stats()[3], native._helper_stats()[1]
+    windows = native._txn_windows_taken()
+    got = make_decoder(IMPLS["native"], threads=2).feed(batch, list(lsns))
+    windows = native._txn_windows_taken() - windows
+    want = make_decoder(IMPLS["native"], threads=1).feed(batch, list(lsns))
+    assert_results_equal(("ok", got), ("ok", want), "helper given back")
+    assert windows >= 3
+    assert native._helper_stats()[3] == dropped + 1
+    assert native._helper_stats()[1] == jobs + 2               # (two hand-overs, then none)
+    native._set_helper_guard(1)                                 # (the real guard: same output)
+    got = make_decoder(IMPLS["native"], threads=2).feed(batch, list(lsns))
+    assert_results_equal(("ok", got), ("ok", want), "guard on")
