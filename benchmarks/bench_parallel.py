@@ -6,7 +6,8 @@ interleaved; protocol 1, text and binary mode) and ``narrow`` (100,000-row
 transactions of one 10-column table). A replay of captured segments is this: the
 messages of many segments, one after the other.
 
-``one`` is ``Decoder(**options).feed(messages, lsns)``; ``cores`` is
+``one`` is ``Decoder(**options, threads=1).feed(messages, lsns)`` (one core: no helper
+thread beside it); ``cores`` is
 ``decode_parallel(messages, lsns, workers=N, **options)``, N the CPUs this process may
 use (``PGOUTPUT_FAST_WORKERS`` to set it): the stream cut where nothing is open into N
 pieces of about equal size, each decoded by its own Decoder on a thread (the native
@@ -58,7 +59,7 @@ OUTPUTS = {"typed": dict(events=False), "both": {}}
 def _call(how, msgs, lsns, kw):
     """The call a benchmark times: one Decoder, or decode_parallel on WORKERS threads."""
     if how == "one":
-        return lambda: Decoder(**kw).feed(msgs, lsns)
+        return lambda: Decoder(**kw, threads=1).feed(msgs, lsns)
     return lambda: decode_parallel(msgs, lsns, workers=WORKERS, **kw)
 
 
@@ -130,7 +131,7 @@ def _replay(how, segments, kw):
     Returns the changes decoded."""
     changes = 0
     if how == "one":
-        dec = Decoder(**kw)
+        dec = Decoder(**kw, threads=1)
         for seg, lsn in segments:
             changes += dec.feed(seg, lsn).num_changes
         return changes

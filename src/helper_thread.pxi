@@ -238,6 +238,20 @@ def _set_helper_guard(int mode):
     return old
 
 
+cdef bint g_helper_append_fault = False  # tests: the calling thread's share of a window's
+                                        # events fails to append, as past int32 offsets
+
+
+def _set_helper_append_fault(bint on):
+    """Tests: appending the calling thread's share of a window's events fails as it
+    does past 2 GiB of int32 offsets (the writer then goes on over that share row-wise);
+    returns the old setting."""
+    global g_helper_append_fault
+    old = g_helper_append_fault
+    g_helper_append_fault = on
+    return old
+
+
 def _set_helper_limits(Py_ssize_t feed_bytes, Py_ssize_t changes):
     """Tests: the smallest feed and window the helper takes; returns the old pair."""
     global g_helper_min_feed, g_helper_min_changes

@@ -577,9 +577,12 @@ cdef struct EvJob:                   # window_events' arguments, for the helper 
 
 cdef void ev_job_run(void *arg) noexcept nogil:
     cdef EvJob *j = <EvJob *>arg
+    cdef EvJob own = j[0]
     cdef int64_t t0 = pgo_now_ns()
-    j.rc = window_events(j.e, j.evr, &j.ctx, j.refs, j.txns, j.ntx, j.grp, &j.r, &j.a, j.xo, j.a_stop)
-    j.ns = pgo_now_ns() - t0
+    own.rc = window_events(own.e, own.evr, &own.ctx, own.refs, own.txns, own.ntx, own.grp,
+                           &own.r, &own.a, own.xo, own.a_stop)
+    own.ns = pgo_now_ns() - t0
+    j[0] = own
 
 
 cdef inline double helper_share_next(double share, int64_t typed_ns, int64_t helper_ns,
@@ -620,6 +623,7 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
     cdef RelBuilders rb
     cdef bint events = self.want_events, tables = self.want_tables
     cdef EvRel evr[WIN_MAX_GROUPS]
+    cdef EvRel evr_own[WIN_MAX_GROUPS]   # (this thread's share beside the helper: its own memos)
     cdef WinGroup wg[WIN_MAX_GROUPS]
     cdef int rc, trc = 0, orc = 0
     cdef EvJob job
@@ -637,6 +641,8 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
         self._touch(rb)
         if events:
             ev_rel(&evr[g], rb)
+            evr_own[g] = evr[g]
+            evr_own[g].fmemo = rb.fmemo_own
         if tables:
             block_dest(&wg[g].d, rb)
             wg[g].relid = rb.relid
@@ -682,7 +688,7 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
                                &self.cp_scratch, &self.scratch, &tctx, xo)
             t1 = pgo_now_ns()
             if q < nch and trc >= 0:
-                orc = window_events(&self.ev_own, evr, &octx, refs, txns, ntx, grp, &r2, &a2, xo)
+                orc = window_events(&self.ev_own, evr_own, &octx, refs, txns, ntx, grp, &r2, &a2, xo)
             t2 = pgo_now_ns()
             pgo_helper_wait(self.helper)
         global g_helper_jobs
@@ -690,11 +696,19 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
         self._helper_verdict(pgo_now_ns() - t0, (t2 - t0) + job.ns)
         if job.rc < 0 or trc < 0 or orc < 0:
             raise MemoryError()
+        rc = 1                               # (this thread's share: not appended)
         if q < nch and job.a == job.a_stop:
             # the helper wrote its share whole: this thread's follows it, and the writer
-            # goes on from where this thread's stopped
-            if self.ev_own.meta.rows and ev_append(&self.ev, &self.ev_own, NULL) < 0:
+            # goes on from where this thread's stopped. Past the int32 offsets (-2) it
+            # is dropped, and the writer goes on from the helper's end over it, as below:
+            # the row-wise path then reports the change that does not fit
+            rc = ev_append(&self.ev, &self.ev_own, NULL) if self.ev_own.meta.rows else 0
+            if rc == 0 and g_helper_append_fault:
+                ev_truncate(&self.ev, self.ev.meta.rows - self.ev_own.meta.rows)
+                rc = -2                      # (tests: as if past the offsets)
+            if rc == -1:
                 raise MemoryError()
+        if rc == 0:
             global g_own_shares
             g_own_shares += 1
             self.ctx = octx
@@ -702,8 +716,9 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
             a = a2
             self.ev_share = helper_share_next(self.ev_share, t1 - t0, job.ns, t2 - t1)
         else:
-            # (the helper stopped inside its share, at a change it does not take: the
-            # writer goes on from there, over this thread's share too)
+            # (the helper stopped inside its share, at a change it does not take, or
+            # this thread's share did not fit: the writer goes on from the helper's
+            # end, over this thread's share too)
             self.ctx = job.ctx
             r = job.r
             a = job.a

@@ -135,6 +135,9 @@ cdef class RelBuilders:
     cdef unsigned char *names          # the columns' names, UTF-8, end to end (+ 8 zero bytes)
     cdef int32_t *name_end             # ncols + 1: names[name_end[i]:name_end[i + 1]] is column i's
     cdef FmtMemo *fmemo                # per column: the change-event table's date / hour text
+    cdef FmtMemo *fmemo_own            # the same, for the calling thread's share of a window's
+                                       # events while the helper writes the rest with fmemo
+                                       # (a memo is rewritten as it is read: one per thread)
     cdef unsigned char *is_key
     cdef unsigned char *any_binary_committed   # per column: a committed 'b' value (unknown types)
     cdef int32_t *ctype                # per column: kind, precision, scale, elem_kind (C copy)
@@ -203,7 +206,8 @@ cdef class RelBuilders:
         self.name_ids = <int32_t *>malloc(sizeof(int32_t) * (self.ncols + 1))
         self.names = <unsigned char *>calloc(len(blob) + 8, 1)
         self.name_end = <int32_t *>malloc(sizeof(int32_t) * (self.ncols + 1))
-        self.fmemo = <FmtMemo *>malloc(sizeof(FmtMemo) * (self.ncols + 1))
+        self.fmemo = <FmtMemo *>malloc(sizeof(FmtMemo) * 2 * (self.ncols + 1))
+        self.fmemo_own = self.fmemo + self.ncols + 1 if self.fmemo != NULL else NULL
         self.is_key = <unsigned char *>malloc(self.ncols + 1)
         self.any_binary_committed = <unsigned char *>calloc(self.ncols + 1, 1)
         self.ctype = <int32_t *>calloc(4 * self.ncols + 4, sizeof(int32_t))
@@ -216,6 +220,7 @@ cdef class RelBuilders:
         for i in range(self.ncols):
             self.name_end[i + 1] = self.name_end[i] + <int32_t>len(encoded[i])
             fmt_memo_init(&self.fmemo[i])
+            fmt_memo_init(&self.fmemo_own[i])
         for i in range(self.ncols):
             ct = self.col_types[i]
             self.ctype[4 * i] = ct.kind

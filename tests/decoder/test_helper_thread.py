@@ -322,3 +322,102 @@ def test_helper_given_back_when_it_gains_nothing():
     native._set_helper_guard(1)                                 # (the real guard: same output)
     got = make_decoder(IMPLS["native"], threads=2).feed(batch, list(lsns))
     assert_results_equal(("ok", got), ("ok", want), "guard on")
+
+
+@WINDOW_SETTINGS
+@given(stream=small_txns(), data=st.data())
+def test_own_share_that_does_not_fit_goes_on_row_wise(stream, data):
+    """The calling thread's share of a window's events, when appending it after the
+    helper's rows fails as it does past 2 GiB of int32 offsets: the share is dropped and
+    the writer goes on over those changes from the helper's end; the output is one
+    thread's all the same (the row-wise path is what reports a change that does not
+    fit)."""
+    msgs, lsns = stream
+    cuts = _cuts(msgs, data)
+    shares = native._helper_stats()[2]
+    old = native._set_helper_append_fault(True)
+    try:
+        assert old is False
+        assert_helper_changes_nothing(list(zip(split(msgs, cuts), split(lsns, cuts))),
+                                      data.draw(st.sampled_from([0.3, 0.6, 0.95])))
+    finally:
+        native._set_helper_append_fault(False)
+    assert native._helper_stats()[2] == shares                  # (no share was appended)
+
+
+
+def _pg_date(days):
+    import datetime
+    return (datetime.date(2000, 1, 1) + datetime.timedelta(days=days)).isoformat()
+
+
+def _pg_timestamptz(us):
+    """timestamptz_out's text (DateStyle ISO, TimeZone UTC) of µs from 2000-01-01."""
+    import datetime
+    d = datetime.datetime(2000, 1, 1) + datetime.timedelta(microseconds=us)
+    s = d.strftime("%Y-%m-%d %H:%M:%S")
+    if d.microsecond:
+        s += f".{d.microsecond:06d}".rstrip("0")
+    return s + "+00"
+
+
+def _dates_stream(ntx=400, per_tx=50, seed=7):
+    """Binary-mode transactions of a table whose date and timestamptz values all differ
+    (a date of birth, an event time spread over years): each column's memo of its last
+    day or hour is rewritten at nearly every value. Returns the messages, their LSNs and
+    each insert's (id, date, timestamptz) text as PostgreSQL prints them."""
+    import random
+    import struct
+
+    from pgoutput_fast.encode import encode_message
+    from pgoutput_fast.messages import Begin, Commit, Insert, Relation, RelationColumn, Value
+
+    rnd = random.Random(seed)
+    rel = Relation(relid=16500, nspname="public", relname="people", replident="d",
+                   columns=(RelationColumn(flags=1, name="id", type_oid=23, typmod=-1),
+                            RelationColumn(flags=0, name="born", type_oid=1082, typmod=-1),
+                            RelationColumn(flags=0, name="seen", type_oid=1184, typmod=-1)))
+    msgs, lsns, want = [encode_message(rel)], [0], []
+    lsn, key = 1000, 0
+    for x in range(ntx):
+        msgs.append(encode_message(Begin(final_lsn=lsn + per_tx + 1, commit_ts=lsn, xid=900 + x)))
+        lsns.append(lsn)
+        for _ in range(per_tx):
+            key += 1
+            lsn += 1
+            days = rnd.randrange(-40000, 40000)
+            us = rnd.randrange(-10**15, 10**15)
+            msgs.append(encode_message(Insert(relid=16500, new=(
+                Value("b", struct.pack(">i", key)), Value("b", struct.pack(">i", days)),
+                Value("b", struct.pack(">q", us))))))
+            lsns.append(lsn)
+            want.append([("id", str(key)), ("born", _pg_date(days)), ("seen", _pg_timestamptz(us))])
+        lsn += 1
+        msgs.append(encode_message(Commit(flags=0, commit_lsn=lsn, end_lsn=lsn + 1, commit_ts=lsn)))
+        lsns.append(lsn)
+        lsn += 10
+    return msgs, lsns, want
+
+
+@pytest.mark.parametrize("share", [0.3, 0.5])
+def test_own_share_formats_with_its_own_memos(share):
+    """The calling thread's share of a window's events formats dates and timestamps
+    while the helper formats the rest of the same columns: each thread keeps its own memo
+    of the last day or hour (one memo shared by both was rewritten under the other's
+    reads: ThreadSanitizer found it, and torn text reached the output). Every value here
+    differs, so both threads rewrite their memo at nearly every value; each row's text
+    must be what PostgreSQL prints for the values sent."""
+    msgs, lsns, want = _dates_stream()
+    batch = pa.array(msgs, pa.binary())
+    old = native._set_helper_share(share)
+    try:
+        shares = native._helper_stats()[2]
+        for attempt in range(3):
+            cs = make_decoder(IMPLS["native"], threads=2).feed(batch, lsns)
+            got = cs.events.column("after").to_pylist()
+            wrong = [k for k, (g, w) in enumerate(zip(got, want)) if g != w]
+            assert len(got) == len(want) and not wrong, (
+                f"decode {attempt}: {len(wrong)} rows differ, the first: {got[wrong[0]]} for {want[wrong[0]]}")
+        assert native._helper_stats()[2] > shares                   # (the share ran)
+    finally:
+        native._set_helper_share(old)
