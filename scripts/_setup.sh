@@ -117,20 +117,21 @@ print("\n".join(reqs))
 PY
 }
 
-# build_sanitized SANITIZERS DIR: a copy of the package in DIR with the native extension
-# compiled by clang with -fsanitize=SANITIZERS (setup.py's PGOUTPUT_FAST_SANITIZE switch).
-# It never touches the normal build: run it with PYTHONPATH=DIR. Needs ensure_venv first.
+# build_sanitized SANITIZERS DIR [COMPILER]: a copy of the package in DIR with the native
+# extension compiled by COMPILER (clang, or gcc) with -fsanitize=SANITIZERS (setup.py's
+# PGOUTPUT_FAST_SANITIZE switch). It never touches the normal build: run it with
+# PYTHONPATH=DIR. Needs ensure_venv first.
 build_sanitized() {
-    local sanitize="$1" dir="$2"
-    ensure_clang
+    local sanitize="$1" dir="$2" cc="${3:-clang}"
+    [ "$cc" = clang ] && ensure_clang
     mapfile -t build_reqs < <(pyproject_requirements build)
     "$VENV/bin/python" -m pip install -q "${build_reqs[@]}"
     rm -rf "$dir"
     mkdir -p "$dir"
     cp -r "$ROOT/src" "$ROOT/pgoutput_fast" "$ROOT/setup.py" "$ROOT/pyproject.toml" "$ROOT/README.md" "$dir/"
     find "$dir/pgoutput_fast" \( -name '*.so' -o -name '__pycache__' \) -prune -exec rm -rf {} +
-    log "building the native extension with -fsanitize=$sanitize (clang) in $dir"
-    (cd "$dir" && CC=clang LDSHARED="clang -shared" PGOUTPUT_FAST_SANITIZE="$sanitize" \
+    log "building the native extension with -fsanitize=$sanitize ($cc) in $dir"
+    (cd "$dir" && CC="$cc" LDSHARED="$cc -shared" PGOUTPUT_FAST_SANITIZE="$sanitize" \
         "$VENV/bin/python" setup.py -q build_ext --inplace >"$dir/build.log" 2>&1) \
         || { tail -40 "$dir/build.log" >&2; log "sanitized build failed"; return 1; }
 }

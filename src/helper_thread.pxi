@@ -94,13 +94,21 @@ cdef extern from *:
                 goto seen;
             pgo_pause();
         }
-        pgo_xchg(&s->sleeps, 1);
-        if (pgo_ld(&s->count) == want) {
-            if (pgo_xchg(&s->sleeps, 0) == 1)
-                goto seen;                  /* (taken back: no release is coming) */
-            /* the signaller took the flag: its release is coming, take it */
+        for (;;) {
+            pgo_xchg(&s->sleeps, 1);
+            if (pgo_ld(&s->count) == want) {
+                if (pgo_xchg(&s->sleeps, 0) == 1)
+                    goto seen;              /* (taken back: no release is coming) */
+                /* the signaller took the flag: its release is coming, take it */
+            }
+            PyThread_acquire_lock(s->lock, WAIT_LOCK);
+            /* every way out sees the count moved, with an acquiring load: the job's
+               arguments, written before the count, are this thread's to read (a
+               release comes only after the count moved; one that came without it
+               would never start a job, the wait goes back to sleep) */
+            if (pgo_ld(&s->count) == want)
+                goto seen;
         }
-        PyThread_acquire_lock(s->lock, WAIT_LOCK);
     seen:
         s->seen = want;
     #else

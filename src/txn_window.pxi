@@ -628,7 +628,8 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
     cdef int rc, trc = 0, orc = 0
     cdef EvJob job
     cdef Ctx tctx, octx
-    cdef Py_ssize_t q, r2, a2
+    cdef Py_ssize_t q, r2, a2, r2s = 0, a2s = 0
+    cdef Ctx octx0
     cdef double share
     cdef int64_t t0, t1, t2
     cdef bint beside = (events and tables and self.helper != NULL
@@ -677,6 +678,9 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
             job.a_stop = a2
             window_ctx(&octx, &txns[r2])     # (the share may start inside a transaction)
             octx.seq = rows[q].seq
+            r2s = r2                         # (where the share starts: the writer goes on
+            a2s = a2                         # from there if the share does not fit)
+            octx0 = octx
             ev_truncate(&self.ev_own, 0)
         tctx = self.ctx
         tctx.snapshot = 0
@@ -700,8 +704,9 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
         if q < nch and job.a == job.a_stop:
             # the helper wrote its share whole: this thread's follows it, and the writer
             # goes on from where this thread's stopped. Past the int32 offsets (-2) it
-            # is dropped, and the writer goes on from the helper's end over it, as below:
-            # the row-wise path then reports the change that does not fit
+            # is dropped, and the writer goes on over it from its start, as when the
+            # helper stops early: the row-wise path then reports the change that does
+            # not fit
             rc = ev_append(&self.ev, &self.ev_own, NULL) if self.ev_own.meta.rows else 0
             if rc == 0 and g_helper_append_fault:
                 ev_truncate(&self.ev, self.ev.meta.rows - self.ev_own.meta.rows)
@@ -715,10 +720,16 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
             r = r2
             a = a2
             self.ev_share = helper_share_next(self.ev_share, t1 - t0, job.ns, t2 - t1)
+        elif rc == -2:
+            # (the helper wrote up to this thread's share, which did not fit: the writer
+            # goes on from the share's start, with its context)
+            self.ctx = octx0
+            r = r2s
+            a = a2s
+            self.ev_share *= 0.5
         else:
-            # (the helper stopped inside its share, at a change it does not take, or
-            # this thread's share did not fit: the writer goes on from the helper's
-            # end, over this thread's share too)
+            # (the helper stopped inside its share, at a change it does not take: the
+            # writer goes on from there, over this thread's share too)
             self.ctx = job.ctx
             r = job.r
             a = job.a

@@ -9,6 +9,8 @@ boundaries."""
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -26,7 +28,8 @@ from tests.support.captures import FIXTURE_NAMES, load_fixture
 
 native = pytest.importorskip("pgoutput_fast._native")
 
-WINDOW_SETTINGS = settings(max_examples=80, deadline=None,
+# (scripts/tsan.sh runs fewer: its checked build is many times slower)
+WINDOW_SETTINGS = settings(max_examples=int(os.environ.get("PGOUTPUT_FAST_WINDOW_EXAMPLES") or 80), deadline=None,
                            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
