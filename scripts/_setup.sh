@@ -117,6 +117,18 @@ print("\n".join(reqs))
 PY
 }
 
+# from_build_dir ARGS...: pytest's arguments for a run in a build directory (the
+# sanitized builds), into PYTEST_ARGS: the options that keep the source tree's package
+# off the path (the ini's pythonpath "." would put it before the build), then ARGS with
+# their test paths (tests, tests/...) made the source tree's.
+from_build_dir() {
+    PYTEST_ARGS=(-m pytest -q -rf -p no:cacheprovider --rootdir="$ROOT" -c "$ROOT/pyproject.toml" -o pythonpath=)
+    local a
+    for a in "$@"; do
+        case "$a" in tests|tests/*) PYTEST_ARGS+=("$ROOT/$a") ;; *) PYTEST_ARGS+=("$a") ;; esac
+    done
+}
+
 # build_sanitized SANITIZERS DIR [COMPILER]: a copy of the package in DIR with the native
 # extension compiled by COMPILER (clang, or gcc) with -fsanitize=SANITIZERS (setup.py's
 # PGOUTPUT_FAST_SANITIZE switch). It never touches the normal build: run it with

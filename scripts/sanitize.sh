@@ -70,18 +70,11 @@ if [ $# -eq 0 ]; then
         -n "${PGOUTPUT_FAST_TEST_WORKERS:-2}" --dist worksteal
 fi
 # pytest runs in $BUILD: test paths are the source tree's
-args=()
-for a in "$@"; do
-    case "$a" in tests|tests/*) args+=("$ROOT/$a") ;; *) args+=("$a") ;; esac
-done
-set -- "${args[@]}"
+from_build_dir "$@"
 log "pytest (native, ASan + UBSan) $*"
 suite_start=$SECONDS
 status=0
-# -o pythonpath=: the ini's "." would put the source tree's package before the build
-sanitized detect_leaks=0 "$VENV/bin/python" -m pytest -q -rf -p no:cacheprovider \
-    --rootdir="$ROOT" -c "$ROOT/pyproject.toml" -o pythonpath= "$@" \
-    || status=$?
+sanitized detect_leaks=0 "$VENV/bin/python" "${PYTEST_ARGS[@]}" || status=$?
 log "sanitized suite: $((SECONDS - suite_start)) s (exit $status)"
 
 log "leak check: LeakSanitizer after 5 and after 25 decode loops, then resident memory"

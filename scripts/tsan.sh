@@ -53,16 +53,10 @@ if [ $# -eq 0 ]; then
     set -- tests/decoder/test_helper_thread.py tests/decoder/test_threads.py tests/decoder/test_parallel.py \
         -m "not slow"
 fi
-args=()
-for a in "$@"; do
-    case "$a" in tests|tests/*) args+=("$ROOT/$a") ;; *) args+=("$a") ;; esac
-done
-set -- "${args[@]}"
+from_build_dir "$@"
 log "pytest (native, ThreadSanitizer) $*"
 status=0
-# -o pythonpath=: the ini's "." would put the source tree's package before the build
-tsan "$VENV/bin/python" -m pytest -q -rf -p no:cacheprovider \
-    --rootdir="$ROOT" -c "$ROOT/pyproject.toml" -o pythonpath= "$@" || status=$?
+tsan "$VENV/bin/python" "${PYTEST_ARGS[@]}" || status=$?
 if compgen -G "$REPORTS/report*" >/dev/null; then
     cat "$REPORTS"/report* >&2
     log "ThreadSanitizer reports above (also in $REPORTS)"
