@@ -170,7 +170,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "writer, being encoded), whatever the transaction size: a larger "
                         "transaction goes to the open segment in chunks (default 256MB)")
     p.add_argument("--until-lsn", type=_lsn, default=None, metavar="LSN",
-                   help="exit 0 once everything up to LSN is durable and confirmed")
+                   help="exit 0 once everything up to LSN is durable and confirmed (e.g. "
+                        "pg_current_wal_insert_lsn() after the last commit wanted)")
     p.add_argument("--file-mode", type=_file_mode, default=0o600, metavar="OCTAL",
                    help="mode of the files capture writes (default 0600; a directory it "
                         "creates gets the matching x bits: 0700)")

@@ -254,7 +254,9 @@ def capture_dir(pg_server, tmp_path):
     try:
         for i in range(5):
             cur.execute("INSERT INTO clierr_t VALUES (%s, %s)", (i, f"row {i}"))
-        cur.execute("SELECT pg_current_wal_lsn()::text")
+        # the insert position: with synchronous_commit=off (the test server) the write
+        # position pg_current_wal_lsn() can still be before these commits
+        cur.execute("SELECT pg_current_wal_insert_lsn()::text")
         until = cur.fetchone()[0]
         out_dir = tmp_path / "cap"
         out = run_cli("capture", "--dsn", pg_server.dsn(), "--slot", "clierr_slot",
