@@ -879,7 +879,7 @@ def test_protocol4_resume_inside_streamed_transactions(pg_server_16, tmp_path):
         cur.execute("BEGIN")
         insert(cur, -3, 2000)
         cur.execute("ROLLBACK")
-        before = sqlcapture.parse_pg_lsn(workload._exec(conn, "SELECT pg_current_wal_lsn()::text")[0][0])
+        before = sqlcapture.parse_pg_lsn(workload._exec(conn, "SELECT pg_current_wal_insert_lsn()::text")[0][0])
         insert(cur, 4, 1)
         _wait(lambda: (capture.load_state(out).durable_lsn > before), "the last commit to be durable")
     finally:
