@@ -147,11 +147,46 @@ cdef void map_free(MapB *mb) noexcept nogil:
 cdef object MAP_TYPE = pa.map_(pa.string(), pa.string())
 
 
+cdef extern from *:
+    """
+    /* _strings_by_id's rows of short names (at most w = 16, 32 or 64 bytes, w bytes
+       of room past the blob's end and the data's), none null: each a fixed w-byte copy
+       and its end. In C for restrict: through Cython's pointers every store to the data
+       or the ends could alias the starts and the ids, which were loaded again after
+       each. */
+    #define PGO_NAMES_LOOP(W) \
+        for (i = 0; i < n; i++) { \
+            int32_t s = st[ids[i]]; \
+            memcpy(d + end, src + s, W); \
+            end += st[ids[i] + 1] - s; \
+            o[i + 1] = end; \
+        }
+    static int32_t pgo_names_fixed(const int32_t *restrict ids, Py_ssize_t n,
+                                   const int32_t *restrict st, const char *restrict src,
+                                   unsigned char *restrict d, int32_t *restrict o, int w) {
+        int32_t end = 0;
+        Py_ssize_t i;
+        o[0] = 0;
+        if (w <= 16) {
+            PGO_NAMES_LOOP(16)
+        } else if (w <= 32) {
+            PGO_NAMES_LOOP(32)
+        } else {
+            PGO_NAMES_LOOP(64)
+        }
+        return end;
+    }
+    """
+    int32_t pgo_names_fixed(const int32_t *ids, Py_ssize_t n, const int32_t *st,
+                            const char *src, unsigned char *d, int32_t *o, int w) noexcept nogil
+
+
 cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
     """pa.string() array of values[ids[i]] for i < n (null where ids[i] < 0), written
     here, where pyarrow's take checks bounds and runs a kernel (it was about a tenth of
-    a change-event table's decode). Names of at most 16 bytes (a schema's, a table's)
-    in short runs are written row by row, a fixed 16-byte copy each: a change-event
+    a change-event table's decode). Names of at most 64 bytes (a schema's, a table's:
+    PostgreSQL's identifiers are at most 63) in short runs are written row by row, a
+    fixed copy of 16, 32 or 64 bytes each (the longest name's): a change-event
     table's rows alternate between the relations of small transactions, in runs of one
     to three. Otherwise a run of equal ids at a time."""
     cdef Py_ssize_t nv = len(values), i, r, q, total = 0, nulls = 0, run, filled, step, j, nruns
@@ -163,10 +198,19 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
     cdef unsigned char *d
     cdef int32_t *o
     cdef bint short_names
+    cdef Buf remapped
     memset(&starts, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
     memset(&data, 0, sizeof(Buf)); memset(&valid, 0, sizeof(Buf)); memset(&runs, 0, sizeof(Buf))
+    memset(&remapped, 0, sizeof(Buf))
+    # equal names under different ids (one schema's relations) become one id, so that
+    # their rows are one run: remapped ids in a buffer of their own
+    uniq = dict.fromkeys(values)
+    if len(uniq) < nv:
+        values = _names_dedup(values, uniq, ids, n, &remapped)
+        ids = <const int32_t *>remapped.data
+        nv = len(values)
     encoded = [v.encode("utf-8") for v in values]
-    blob = b"".join(encoded) + bytes(16)       # (16 bytes past the last name: see below)
+    blob = b"".join(encoded) + bytes(64)       # (64 bytes past the last name: see below)
     src = PyBytes_AS_STRING(blob)
     try:
         if buf_reserve(&starts, 4 * (nv + 1)) < 0:
@@ -181,7 +225,7 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
         st = <const int32_t *>starts.data
         # (row by row when the names are short and their runs too: fewer than 4 rows a
         # run on average; a long run is written faster doubled, by copies)
-        short_names = longest <= 16
+        short_names = longest <= 64
         if short_names and n:
             q = 1
             for i in range(1, n):
@@ -222,7 +266,7 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
         if total > 0x7FFFFFFF:
             raise DecodeError("the change-event table holds more than 2 GiB of names in one "
                               "batch; feed smaller batches", None, None)
-        if (buf_reserve_exact(&offs, 4 * (n + 1)) < 0 or buf_reserve_exact(&data, total + 16) < 0
+        if (buf_reserve_exact(&offs, 4 * (n + 1)) < 0 or buf_reserve_exact(&data, total + 64) < 0
                 or (nulls and buf_reserve_exact(&valid, (n + 7) >> 3) < 0)):
             raise MemoryError()
         if nulls:
@@ -231,12 +275,14 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
         d = data.data
         end = 0
         o[0] = 0
-        if short_names:
-            # (the blob and the data have 16 bytes of room past their ends)
+        if short_names and not nulls:
+            end = pgo_names_fixed(ids, n, st, src, d, o, longest)
+        elif short_names:
+            # (with nulls: each name's own length)
             for i in range(n):
                 k = ids[i]
                 if k >= 0:
-                    memcpy(d + end, src + st[k], 16)
+                    memcpy(d + end, src + st[k], <size_t>(st[k + 1] - st[k]))
                     end += st[k + 1] - st[k]
                     if nulls:
                         valid.data[i >> 3] |= <unsigned char>(1 << (i & 7))
@@ -274,6 +320,38 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
                                      nulls)
     finally:
         buf_free(&starts); buf_free(&offs); buf_free(&data); buf_free(&valid); buf_free(&runs)
+        buf_free(&remapped)
+
+
+cdef list _names_dedup(list values, dict uniq, const int32_t *ids, Py_ssize_t n, Buf *out):
+    """_strings_by_id's names each once (uniq: dict.fromkeys of them), returned, and its
+    ids rewritten into out (the caller frees it) to their name's place there; -1 and
+    below stay null, an id past the names raises as _strings_by_id does."""
+    cdef Py_ssize_t nv = len(values), i
+    cdef int32_t k, j = 0
+    cdef int32_t *rm
+    cdef int32_t *w
+    cdef Buf rmb
+    memset(&rmb, 0, sizeof(Buf))
+    try:
+        for v in uniq:
+            uniq[v] = j
+            j += 1
+        if buf_reserve(&rmb, 4 * nv) < 0 or buf_reserve(out, 4 * n + 4) < 0:
+            raise MemoryError()
+        rm = <int32_t *>rmb.data
+        for i in range(nv):
+            rm[i] = uniq[values[i]]
+        w = <int32_t *>out.data
+        for i in range(n):
+            k = ids[i]
+            if k >= nv:
+                raise ValueError(f"name id {k} out of range ({nv} names)")
+            w[i] = rm[k] if k >= 0 else k
+        out.len = 4 * n
+        return list(uniq)
+    finally:
+        buf_free(&rmb)
 
 
 cdef object _kind_strings(const unsigned char *kinds, Py_ssize_t n):

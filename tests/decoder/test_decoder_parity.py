@@ -440,10 +440,13 @@ class StreamBuilder:
             self.emit(Type(16999, "public", "mood", xid), lsn=0)
         if any(c.type_oid == 16998 for c in cols):
             self.emit(Type(16998, "public", "_mood", xid), lsn=0)
-        # (names of up to 16 bytes and longer ones: the change-event table writes the two
-        # differently)
-        rel = Relation(relid, self.draw(st.sampled_from(["public", "s", "", "inventory_and_billing_ü"])),
-                       self.draw(st.sampled_from([f"t{relid}", f"orders_by_customer_{relid}"])),
+        # (names of up to 16, 32 and 64 bytes and longer ones, one schema under several
+        # relations: the change-event table writes them each its own way)
+        rel = Relation(relid, self.draw(st.sampled_from(["public", "s", "", "inventory_and_billing_ü",
+                                                         "warehouse_" * 5])),
+                       self.draw(st.sampled_from([f"t{relid}", f"orders_by_customer_{relid}",
+                                                  f"{relid}_" + "x" * 60,
+                                                  f"{relid}_" + "y" * 70])),
                        self.draw(st.sampled_from("dfin")), tuple(cols), xid)
         self.rels[relid] = rel._replace(xid=None)
         self.emit(rel, lsn=self.draw(st.sampled_from([0, self.lsn])))
