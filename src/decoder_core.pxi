@@ -102,6 +102,8 @@ cdef class DecoderCore:
                                     # beside the helper's (appended to ev after them)
     cdef double ev_share            # that share of the changes, from the last window's times
     cdef int helper_strikes         # hand-overs in a row that took longer than one thread
+    cdef bint helper_kept           # the last feed() kept its helper to the end (export()
+                                    # then writes the event names on one: its hand-overs paid)
 
     def __cinit__(self):
         self.rb_current = {}
@@ -209,6 +211,7 @@ cdef class DecoderCore:
                 self.helper_strikes = 0
             self._feed(refs, nrefs)
         finally:
+            self.helper_kept = self.helper != NULL
             helper_give(self.helper)         # (every job it ran was waited for)
             self.helper = NULL
             self.busy = False
@@ -1223,18 +1226,53 @@ cdef class DecoderCore:
 
 
     def export(self):
-        """(tables: [(RelationVersion, pa.Table)], events: pa.Table | None, messages: list)."""
+        """(tables: [(RelationVersion, pa.Table)], events: pa.Table | None, messages: list).
+
+        With both outputs, after a feed whose helper thread paid its way, the change-event
+        table's schema and table columns (names_build: the one part of its export that is
+        C loops over every row) are written on a helper while this thread exports the
+        typed tables."""
         cdef RelBuilders rb
+        cdef NamesJob nj[2]
+        cdef NamesJob *njp[2]
+        cdef pgo_helper *h = NULL
+        cdef tuple names = None
+        global g_helper_jobs, g_export_names
+        memset(nj, 0, sizeof(nj))
         self._enter()
         try:
-            tables = []
-            for rb in self.rb_all:
-                if rb.committed:
-                    tables.append((rb.version, rb.export(self)))
-            events = export_events(self) if self.want_events else None
+            if (self.helper_kept and self.want_events and self.want_tables
+                    and not self.ev_chunks and self.ev_committed >= g_export_beside_rows
+                    and self.ev.meta.rows == self.ev_committed):
+                keep = (names_prep(&nj[0], [rb.version.schema for rb in self.rb_all],
+                                   <const int32_t *>self.ev.rb.data, self.ev_committed),
+                        names_prep(&nj[1], [rb.version.relname for rb in self.rb_all],
+                                   <const int32_t *>self.ev.rb.data, self.ev_committed))
+                h = helper_take()
+                if h != NULL:
+                    njp[0] = &nj[0]
+                    njp[1] = &nj[1]
+                    pgo_helper_start(h, export_names_run, njp)
+            try:
+                tables = []
+                for rb in self.rb_all:
+                    if rb.committed:
+                        tables.append((rb.version, rb.export(self)))
+            finally:
+                if h != NULL:
+                    with nogil:
+                        pgo_helper_wait(h)
+                    helper_give(h)
+                    g_helper_jobs += 1
+                    g_export_names += 1
+            if h != NULL:
+                names = (names_wrap(&nj[0]), names_wrap(&nj[1]))
+            events = export_events(self, names) if self.want_events else None
             msgs = self.out_messages
             self.out_messages = []
         finally:
+            names_free(&nj[0])
+            names_free(&nj[1])
             self.busy = False
         return tables, events, msgs
 

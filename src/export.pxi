@@ -94,9 +94,11 @@ cdef str export_format_binary(DecoderCore self, object ct, bytes data):
     return format_binary_values(ct, [data])[0]
 
 
-cdef object export_events(DecoderCore self):
+cdef object export_events(DecoderCore self, tuple names=None):
     """The committed event rows (the EvChunks, then the decoder's own) as one table
-    of a RecordBatch each; the rows of a transaction still open stay."""
+    of a RecordBatch each; the rows of a transaction still open stay. names: the schema
+    and table columns of the decoder's own rows, already written (DecoderCore.export,
+    on the helper thread; only when there are no chunks and no rows but committed ones)."""
     cdef EvChunk ch
     batches = []
     chunks = self.ev_chunks
@@ -105,11 +107,11 @@ cdef object export_events(DecoderCore self):
         batches.append(export_store(self, &ch.ev, ch.ev.meta.rows))
     del chunks
     if self.ev_committed or not batches:
-        batches.append(export_own_events(self))
+        batches.append(export_own_events(self, names))
     return pa.Table.from_batches(batches, schema=EVENT_SCHEMA)
 
 
-cdef object export_own_events(DecoderCore self):
+cdef object export_own_events(DecoderCore self, tuple names=None):
     """The decoder's committed event rows as a RecordBatch (see export_events)."""
     cdef Py_ssize_t n = self.ev_committed
     cdef Meta t_meta
@@ -117,7 +119,7 @@ cdef object export_own_events(DecoderCore self):
     cdef MapB t_before, t_after
     cdef int32_t base, end
     if self.ev.meta.rows == n:
-        return export_event_rows(self)
+        return export_event_rows(self, names)
     memset(&t_meta, 0, sizeof(Meta))
     memset(&t_relid, 0, sizeof(Buf)); memset(&t_rb, 0, sizeof(Buf))
     memset(&t_kind, 0, sizeof(Buf)); memset(&t_trunc, 0, sizeof(Buf))
@@ -151,20 +153,23 @@ cdef object export_own_events(DecoderCore self):
     return events
 
 
-cdef object export_event_rows(DecoderCore self):
-    batch = export_store(self, &self.ev, self.ev_committed)
+cdef object export_event_rows(DecoderCore self, tuple names=None):
+    batch = export_store(self, &self.ev, self.ev_committed, names)
     self.ev_committed = 0
     ev_hints_keep(&self.ev, self.feed_bytes)
     return batch
 
 
-cdef object export_store(DecoderCore self, EvStore *e, Py_ssize_t n):
+cdef object export_store(DecoderCore self, EvStore *e, Py_ssize_t n, tuple names=None):
     """A RecordBatch of e's first n rows (all of them: the caller splits off the
-    rest); e's buffers are handed over."""
+    rest); e's buffers are handed over. names: (schema, table) columns already written."""
     meta = meta_export(&e.meta, self.origins, "")
-    rb_ids = _np_from_buf(&e.rb, np.int32, n)
-    schemas = _strings_by_id_np([rb.version.schema for rb in self.rb_all], rb_ids)
-    tables = _strings_by_id_np([rb.version.relname for rb in self.rb_all], rb_ids)
+    rb_ids = _np_from_buf(&e.rb, np.int32, n)     # (handed over either way: the hints)
+    if names is not None:
+        schemas, tables = names
+    else:
+        schemas = _strings_by_id_np([rb.version.schema for rb in self.rb_all], rb_ids)
+        tables = _strings_by_id_np([rb.version.relname for rb in self.rb_all], rb_ids)
     relid = _pa_from_buffers(pa.int64(), n, [None, _take_buf(&e.relid, 8 * n)])
     before_kind = _kind_strings(<const unsigned char *>e.before_kind.data, n)
     e.before_kind.len = 0             # (read, not handed over: its memory stays)

@@ -184,6 +184,7 @@ cdef Py_ssize_t g_helpers_started = 0
 cdef Py_ssize_t g_helper_jobs = 0            # jobs run on a helper (tests: the path ran)
 cdef Py_ssize_t g_own_shares = 0             # windows whose last events the calling thread wrote
 cdef Py_ssize_t g_helper_dropped = 0         # feeds that gave their helper back (no gain)
+cdef Py_ssize_t g_export_names = 0           # exports whose event names a helper wrote
 DEF HELPER_STRIKES = 2                       # hand-overs in a row that gained nothing: the
                                              # feed goes on without its helper
 
@@ -272,8 +273,9 @@ def _set_helper_limits(Py_ssize_t feed_bytes, Py_ssize_t changes):
 def _helper_stats():
     """(helper threads started in this process, jobs run on them, windows whose last
     changes' events the calling thread wrote beside the helper's, feeds that gave their
-    helper back because it gained nothing): for tests."""
-    return g_helpers_started, g_helper_jobs, g_own_shares, g_helper_dropped
+    helper back because it gained nothing, exports whose change-event names a helper
+    wrote): for tests."""
+    return g_helpers_started, g_helper_jobs, g_own_shares, g_helper_dropped, g_export_names
 
 
 import os as _os

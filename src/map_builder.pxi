@@ -181,146 +181,221 @@ cdef extern from *:
                             const char *src, unsigned char *d, int32_t *o, int w) noexcept nogil
 
 
+cdef struct NamesJob:                # _strings_by_id between its two parts under the GIL
+    const int32_t *ids               # the rows' name ids (remapped.data when deduplicated)
+    Py_ssize_t n                     # rows
+    Py_ssize_t nv                    # names
+    const int32_t *st                # where each name starts in src (nv + 1 ends)
+    const char *src                  # the names one after the other, 64 bytes of room after
+    int32_t longest
+    Buf starts, offs, data, valid, runs, remapped
+    Py_ssize_t nulls
+    int32_t end                      # the data's bytes
+    int32_t bad                      # an id past the names (rc -3)
+    int rc                           # 0; -1 no memory, -3 an id past the names, -4 past 2 GiB
+
+
 cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
     """pa.string() array of values[ids[i]] for i < n (null where ids[i] < 0), written
     here, where pyarrow's take checks bounds and runs a kernel (it was about a tenth of
-    a change-event table's decode). Names of at most 64 bytes (a schema's, a table's:
-    PostgreSQL's identifiers are at most 63) in short runs are written row by row, a
-    fixed copy of 16, 32 or 64 bytes each (the longest name's): a change-event
-    table's rows alternate between the relations of small transactions, in runs of one
-    to three. Otherwise a run of equal ids at a time."""
-    cdef Py_ssize_t nv = len(values), i, r, q, total = 0, nulls = 0, run, filled, step, j, nruns
-    cdef int32_t k, ln, end = 0, longest = 0
-    cdef Buf starts, offs, data, valid, runs
-    cdef const Py_ssize_t *rs
-    cdef const int32_t *st
-    cdef const char *src
-    cdef unsigned char *d
-    cdef int32_t *o
-    cdef bint short_names
-    cdef Buf remapped
-    memset(&starts, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
-    memset(&data, 0, sizeof(Buf)); memset(&valid, 0, sizeof(Buf)); memset(&runs, 0, sizeof(Buf))
-    memset(&remapped, 0, sizeof(Buf))
-    # equal names under different ids (one schema's relations) become one id, so that
-    # their rows are one run: remapped ids in a buffer of their own
+    a change-event table's decode). In three parts, so that the middle one can run on
+    another thread (DecoderCore.export: the change-event table's names on the helper
+    while this thread exports the typed tables): names_prep and names_wrap under the
+    GIL, names_build without it."""
+    cdef NamesJob j
+    memset(&j, 0, sizeof(NamesJob))
+    try:
+        blob = names_prep(&j, values, ids, n)
+        names_build(&j)
+        return names_wrap(&j)
+    finally:
+        names_free(&j)
+
+
+cdef object names_prep(NamesJob *j, list values, const int32_t *ids, Py_ssize_t n):
+    """_strings_by_id's first part, into j (zeroed): equal names under different ids
+    (one schema's relations) made one id, so that their rows are one run (the ids
+    remapped into j.remapped); the names encoded one after the other into a bytes
+    object, returned (the caller keeps it until names_wrap: j.src points into it)."""
+    cdef Py_ssize_t nv = len(values), k
+    cdef int32_t ln, end = 0
     uniq = dict.fromkeys(values)
     if len(uniq) < nv:
-        values = _names_dedup(values, uniq, ids, n, &remapped)
-        ids = <const int32_t *>remapped.data
+        values = _names_dedup(values, uniq, ids, n, &j.remapped)
+        ids = <const int32_t *>j.remapped.data
         nv = len(values)
     encoded = [v.encode("utf-8") for v in values]
     blob = b"".join(encoded) + bytes(64)       # (64 bytes past the last name: see below)
-    src = PyBytes_AS_STRING(blob)
-    try:
-        if buf_reserve(&starts, 4 * (nv + 1)) < 0:
-            raise MemoryError()
-        for k in range(nv):
-            memcpy(starts.data + 4 * k, &end, 4)
-            ln = <int32_t>len(encoded[k])
-            end += ln
-            if ln > longest:
-                longest = ln
-        memcpy(starts.data + 4 * nv, &end, 4)
-        st = <const int32_t *>starts.data
-        # (row by row when the names are short and their runs too: fewer than 4 rows a
-        # run on average; a long run is written faster doubled, by copies)
-        short_names = longest <= 64
-        if short_names and n:
-            q = 1
-            for i in range(1, n):
-                q += ids[i] != ids[i - 1]
-            short_names = 4 * q > n
-        nruns = 0
-        rs = NULL
-        if short_names:
-            for i in range(n):
-                k = ids[i]
-                if k < 0:
-                    nulls += 1
-                elif k >= nv:
-                    raise ValueError(f"name id {k} out of range ({nv} names)")
-                else:
-                    total += st[k + 1] - st[k]
-        else:
-            # the runs of rows with one name: where each starts, then n
-            i = 0
-            while i < n:
-                k = ids[i]
-                r = i + 1
-                while r < n and ids[r] == k:
-                    r += 1
-                if buf_append8(&runs, &i) < 0:
-                    raise MemoryError()
-                if k < 0:
-                    nulls += r - i
-                elif k >= nv:
-                    raise ValueError(f"name id {k} out of range ({nv} names)")
-                else:
-                    total += <Py_ssize_t>(st[k + 1] - st[k]) * (r - i)
-                i = r
-            if buf_append8(&runs, &n) < 0:
-                raise MemoryError()
-            rs = <const Py_ssize_t *>runs.data
-            nruns = (runs.len >> 3) - 1
-        if total > 0x7FFFFFFF:
-            raise DecodeError("the change-event table holds more than 2 GiB of names in one "
-                              "batch; feed smaller batches", None, None)
-        if (buf_reserve_exact(&offs, 4 * (n + 1)) < 0 or buf_reserve_exact(&data, total + 64) < 0
-                or (nulls and buf_reserve_exact(&valid, (n + 7) >> 3) < 0)):
-            raise MemoryError()
-        if nulls:
-            memset(valid.data, 0, <size_t>((n + 7) >> 3))
-        o = <int32_t *>offs.data
-        d = data.data
-        end = 0
-        o[0] = 0
-        if short_names and not nulls:
-            end = pgo_names_fixed(ids, n, st, src, d, o, longest)
-        elif short_names:
-            # (with nulls: each name's own length)
-            for i in range(n):
-                k = ids[i]
-                if k >= 0:
-                    memcpy(d + end, src + st[k], <size_t>(st[k + 1] - st[k]))
-                    end += st[k + 1] - st[k]
-                    if nulls:
-                        valid.data[i >> 3] |= <unsigned char>(1 << (i & 7))
-                o[i + 1] = end
-        for j in range(nruns):
-            # a run: the name once, then the run's bytes doubled by copies of what is
-            # written (memory speed, not a store per row), the ends a progression
-            i = rs[j]
-            r = rs[j + 1]
+    if buf_reserve(&j.starts, 4 * (nv + 1)) < 0:
+        raise MemoryError()
+    for k in range(nv):
+        memcpy(j.starts.data + 4 * k, &end, 4)
+        ln = <int32_t>len(encoded[k])
+        end += ln
+        if ln > j.longest:
+            j.longest = ln
+    memcpy(j.starts.data + 4 * nv, &end, 4)
+    j.ids = ids
+    j.n = n
+    j.nv = nv
+    j.st = <const int32_t *>j.starts.data
+    j.src = PyBytes_AS_STRING(blob)
+    return blob
+
+
+cdef void names_build(NamesJob *j) noexcept nogil:
+    """_strings_by_id's middle part, on C data only: the offsets, data and validity of
+    the rows' names into j (j.rc says whether it could). Names of at most 64 bytes (a
+    schema's, a table's: PostgreSQL's identifiers are at most 63) in short runs are
+    written row by row, a fixed copy of 16, 32 or 64 bytes each (the longest name's): a
+    change-event table's rows alternate between the relations of small transactions,
+    in runs of one to three. Otherwise a run of equal ids at a time."""
+    cdef Py_ssize_t i, r, q, total = 0, nulls = 0, run, filled, step, jr, nruns = 0
+    cdef Py_ssize_t n = j.n, nv = j.nv
+    cdef int32_t k, ln, end = 0
+    cdef const int32_t *ids = j.ids
+    cdef const int32_t *st = j.st
+    cdef const char *src = j.src
+    cdef const Py_ssize_t *rs = NULL
+    cdef unsigned char *d
+    cdef int32_t *o
+    # (row by row when the names are short and their runs too: fewer than 4 rows a
+    # run on average; a long run is written faster doubled, by copies)
+    cdef bint short_names = j.longest <= 64
+    if short_names and n:
+        q = 1
+        for i in range(1, n):
+            q += ids[i] != ids[i - 1]
+        short_names = 4 * q > n
+    if short_names:
+        for i in range(n):
             k = ids[i]
             if k < 0:
-                for q in range(i, r):
-                    o[q + 1] = end
-                continue
-            ln = st[k + 1] - st[k]
-            run = <Py_ssize_t>ln * (r - i)
-            if ln:
-                memcpy(d + end, src + st[k], <size_t>ln)
-                filled = ln
-                while filled < run:
-                    step = filled if filled <= run - filled else run - filled
-                    memcpy(d + end + filled, d + end, <size_t>step)
-                    filled += step
+                nulls += 1
+            elif k >= nv:
+                j.bad = k
+                j.rc = -3
+                return
+            else:
+                total += st[k + 1] - st[k]
+    else:
+        # the runs of rows with one name: where each starts, then n
+        i = 0
+        while i < n:
+            k = ids[i]
+            r = i + 1
+            while r < n and ids[r] == k:
+                r += 1
+            if buf_append8(&j.runs, &i) < 0:
+                j.rc = -1
+                return
+            if k < 0:
+                nulls += r - i
+            elif k >= nv:
+                j.bad = k
+                j.rc = -3
+                return
+            else:
+                total += <Py_ssize_t>(st[k + 1] - st[k]) * (r - i)
+            i = r
+        if buf_append8(&j.runs, &n) < 0:
+            j.rc = -1
+            return
+        rs = <const Py_ssize_t *>j.runs.data
+        nruns = (j.runs.len >> 3) - 1
+    if total > 0x7FFFFFFF:
+        j.rc = -4
+        return
+    if (buf_reserve_exact(&j.offs, 4 * (n + 1)) < 0 or buf_reserve_exact(&j.data, total + 64) < 0
+            or (nulls and buf_reserve_exact(&j.valid, (n + 7) >> 3) < 0)):
+        j.rc = -1
+        return
+    if nulls:
+        memset(j.valid.data, 0, <size_t>((n + 7) >> 3))
+    o = <int32_t *>j.offs.data
+    d = j.data.data
+    o[0] = 0
+    if short_names and not nulls:
+        end = pgo_names_fixed(ids, n, st, src, d, o, j.longest)
+    elif short_names:
+        # (with nulls: each name's own length)
+        for i in range(n):
+            k = ids[i]
+            if k >= 0:
+                memcpy(d + end, src + st[k], <size_t>(st[k + 1] - st[k]))
+                end += st[k + 1] - st[k]
+                j.valid.data[i >> 3] |= <unsigned char>(1 << (i & 7))
+            o[i + 1] = end
+    for jr in range(nruns):
+        # a run: the name once, then the run's bytes doubled by copies of what is
+        # written (memory speed, not a store per row), the ends a progression
+        i = rs[jr]
+        r = rs[jr + 1]
+        k = ids[i]
+        if k < 0:
             for q in range(i, r):
-                end += ln
                 o[q + 1] = end
-            if nulls:
-                for q in range(i, r):
-                    valid.data[q >> 3] |= <unsigned char>(1 << (q & 7))
-        offs.len = 4 * (n + 1)
-        data.len = end
-        valid.len = (n + 7) >> 3 if nulls else 0
-        return _pa_from_buffers(pa.string(), n, [_take_buf(&valid, valid.len) if nulls else None,
-                                                      _take_buf(&offs, offs.len), _take_buf(&data, end)],
-                                     nulls)
-    finally:
-        buf_free(&starts); buf_free(&offs); buf_free(&data); buf_free(&valid); buf_free(&runs)
-        buf_free(&remapped)
+            continue
+        ln = st[k + 1] - st[k]
+        run = <Py_ssize_t>ln * (r - i)
+        if ln:
+            memcpy(d + end, src + st[k], <size_t>ln)
+            filled = ln
+            while filled < run:
+                step = filled if filled <= run - filled else run - filled
+                memcpy(d + end + filled, d + end, <size_t>step)
+                filled += step
+        for q in range(i, r):
+            end += ln
+            o[q + 1] = end
+        if nulls:
+            for q in range(i, r):
+                j.valid.data[q >> 3] |= <unsigned char>(1 << (q & 7))
+    j.offs.len = 4 * (n + 1)
+    j.data.len = end
+    j.valid.len = (n + 7) >> 3 if nulls else 0
+    j.nulls = nulls
+    j.end = end
+
+
+cdef Py_ssize_t g_export_beside_rows = 16384   # event rows past which export() writes
+                                               # their names on a helper (tests: set 1)
+
+
+def _set_export_beside_rows(Py_ssize_t rows):
+    """Tests: the committed event rows from which export() writes the event table's
+    names on a helper thread; returns the old setting."""
+    global g_export_beside_rows
+    old = g_export_beside_rows
+    g_export_beside_rows = rows
+    return old
+
+
+cdef void export_names_run(void *arg) noexcept nogil:
+    """The helper's job in DecoderCore.export: names_build of two NamesJobs."""
+    cdef NamesJob **jobs = <NamesJob **>arg
+    names_build(jobs[0])
+    names_build(jobs[1])
+
+
+cdef object names_wrap(NamesJob *j):
+    """_strings_by_id's last part: the array names_build wrote (its buffers handed over),
+    or what stopped it, raised."""
+    if j.rc == -1:
+        raise MemoryError()
+    if j.rc == -3:
+        raise ValueError(f"name id {j.bad} out of range ({j.nv} names)")
+    if j.rc == -4:
+        raise DecodeError("the change-event table holds more than 2 GiB of names in one "
+                          "batch; feed smaller batches", None, None)
+    return _pa_from_buffers(pa.string(), j.n, [_take_buf(&j.valid, j.valid.len) if j.nulls else None,
+                                               _take_buf(&j.offs, j.offs.len), _take_buf(&j.data, j.end)],
+                            j.nulls)
+
+
+cdef void names_free(NamesJob *j) noexcept nogil:
+    buf_free(&j.starts); buf_free(&j.offs); buf_free(&j.data); buf_free(&j.valid)
+    buf_free(&j.runs); buf_free(&j.remapped)
 
 
 cdef list _names_dedup(list values, dict uniq, const int32_t *ids, Py_ssize_t n, Buf *out):

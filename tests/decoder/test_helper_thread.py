@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from tests.decoder.test_decoder_parity import (
-    IMPLS, allowed_cuts, assert_results_equal, assert_tables_equal, damage_one, feed_both, make_decoder,
-    run_feed, split,
+    IMPLS, allowed_cuts, assert_changesets_equal, assert_results_equal, assert_tables_equal, damage_one,
+    feed_both, make_decoder, run_feed, split,
 )
 from tests.decoder.test_txn_window import WINDOW_SETTINGS, pending_txns, small_txns
 from tests.support.captures import FIXTURE_NAMES, load_fixture
@@ -40,11 +40,13 @@ def every_window_on_the_helper():
     calling thread's share chosen by times."""
     old = native._set_helper_limits(0, 1)
     guard = native._set_helper_guard(0)
+    rows = native._set_export_beside_rows(1)     # (export(): the event names on the helper)
     try:
         yield
     finally:
         native._set_helper_limits(*old)
         native._set_helper_guard(guard)
+        native._set_export_beside_rows(rows)
 
 
 def feed_threads(batches, threads, **kwargs):
@@ -397,6 +399,69 @@ def _dates_stream(ntx=400, per_tx=50, seed=7):
         lsns.append(lsn)
         lsn += 10
     return msgs, lsns, want
+
+
+def _names_stream(schemas, tables, ntx=300, seed=3):
+    """Transactions of 1-3 inserts into relations of the given schema and table names
+    (one relation per pair), in a random order. Returns the messages, their LSNs and each
+    insert's (schema, table) as the Relation messages name them."""
+    import random
+    import struct
+
+    from pgoutput_fast.encode import encode_message
+    from pgoutput_fast.messages import Begin, Commit, Insert, Relation, RelationColumn, Value
+
+    rnd = random.Random(seed)
+    rels = [Relation(relid=17000 + i, nspname=sch, relname=tab, replident="d",
+                     columns=(RelationColumn(flags=1, name="id", type_oid=23, typmod=-1),))
+            for i, (sch, tab) in enumerate(zip(schemas, tables))]
+    msgs, lsns, want = [encode_message(r) for r in rels], [0] * len(rels), []
+    lsn = 1000
+    for x in range(ntx):
+        k = rnd.randint(1, 3)
+        msgs.append(encode_message(Begin(final_lsn=lsn + k + 1, commit_ts=lsn, xid=900 + x)))
+        lsns.append(lsn)
+        for _ in range(k):
+            rel = rnd.choice(rels)
+            lsn += 1
+            msgs.append(encode_message(Insert(relid=rel.relid, new=(Value("b", struct.pack(">i", lsn)),))))
+            lsns.append(lsn)
+            want.append((rel.nspname, rel.relname))
+        lsn += 1
+        msgs.append(encode_message(Commit(flags=0, commit_lsn=lsn, end_lsn=lsn + 1, commit_ts=lsn)))
+        lsns.append(lsn)
+        lsn += 10
+    return msgs, lsns, want
+
+
+@pytest.mark.parametrize("schemas,tables", [
+    (["public"] * 3, ["orders", "order_lines_by_customer", "t"]),          # one schema: one run
+    (["a", "b", "a"], ["x" * 32, "y" * 63, "z" * 17]),                    # 32 and 64-byte copies
+    (["s" * 70, "public", "ü" * 20], ["t" * 65, "t2", "ü" * 40]),         # past 64 bytes; UTF-8
+])
+def test_event_names_written_beside_the_typed_export(schemas, tables):
+    """export() after a feed whose helper paid its way writes the change-event table's
+    schema and table columns on the helper while the calling thread exports the typed
+    tables: each row names the relation of its change, as without the helper."""
+    msgs, lsns, want = _names_stream(schemas, tables)
+    batch = pa.array(msgs, pa.binary())
+    exports = native._helper_stats()[4]
+    two = make_decoder(IMPLS["native"], threads=2).feed(batch, lsns)
+    assert native._helper_stats()[4] == exports + 1               # (the names on the helper)
+    one = make_decoder(IMPLS["native"], threads=1).feed(batch, lsns)
+    assert native._helper_stats()[4] == exports + 1
+    for cs in (two, one):
+        got = list(zip(cs.events.column("schema").to_pylist(), cs.events.column("table").to_pylist()))
+        assert got == want
+    assert_changesets_equal(two, one, "threads 2 / 1")
+    # (below the rows that pay for the hand-over: the names on this thread, the same)
+    old = native._set_export_beside_rows(10**9)
+    try:
+        assert_changesets_equal(make_decoder(IMPLS["native"], threads=2).feed(batch, lsns), one,
+                                "threads 2, names here / threads 1")
+        assert native._helper_stats()[4] == exports + 1
+    finally:
+        native._set_export_beside_rows(old)
 
 
 @pytest.mark.parametrize("share", [0.3, 0.5])
