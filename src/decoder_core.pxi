@@ -1248,6 +1248,7 @@ cdef class DecoderCore:
                                    <const int32_t *>self.ev.rb.data, self.ev_committed),
                         names_prep(&nj[1], [rb.version.relname for rb in self.rb_all],
                                    <const int32_t *>self.ev.rb.data, self.ev_committed))
+                # (keep: the encoded names the jobs read, alive until they are wrapped)
                 h = helper_take()
                 if h != NULL:
                     njp[0] = &nj[0]

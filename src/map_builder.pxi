@@ -182,13 +182,16 @@ cdef extern from *:
 
 
 cdef struct NamesJob:                # _strings_by_id between its two parts under the GIL
-    const int32_t *ids               # the rows' name ids (remapped.data when deduplicated)
+    const int32_t *ids               # the rows' name ids (remapped.data once deduplicated)
     Py_ssize_t n                     # rows
-    Py_ssize_t nv                    # names
+    Py_ssize_t nids                  # the ids' range: the names given
+    Py_ssize_t nv                    # names, each once
     const int32_t *st                # where each name starts in src (nv + 1 ends)
     const char *src                  # the names one after the other, 64 bytes of room after
     int32_t longest
-    Buf starts, offs, data, valid, runs, remapped
+    Buf starts, offs, data, valid, runs
+    Buf remap                        # id -> its name's place among the nv (empty: the same)
+    Buf remapped                     # the rows' ids through remap
     Py_ssize_t nulls
     int32_t end                      # the data's bytes
     int32_t bad                      # an id past the names (rc -3)
@@ -214,15 +217,26 @@ cdef object _strings_by_id(list values, const int32_t *ids, Py_ssize_t n):
 
 cdef object names_prep(NamesJob *j, list values, const int32_t *ids, Py_ssize_t n):
     """_strings_by_id's first part, into j (zeroed): equal names under different ids
-    (one schema's relations) made one id, so that their rows are one run (the ids
-    remapped into j.remapped); the names encoded one after the other into a bytes
-    object, returned (the caller keeps it until names_wrap: j.src points into it)."""
+    (one schema's relations) made one name (j.remap; names_build then maps the rows'
+    ids, so that such rows are one run); the names encoded one after the other into a
+    bytes object, returned (the caller keeps it until names_wrap: j.src points into it).
+    Nothing here is done per row."""
     cdef Py_ssize_t nv = len(values), k
-    cdef int32_t ln, end = 0
+    cdef int32_t ln, end = 0, at = 0
+    cdef int32_t *rm
+    j.nids = nv
     uniq = dict.fromkeys(values)
     if len(uniq) < nv:
-        values = _names_dedup(values, uniq, ids, n, &j.remapped)
-        ids = <const int32_t *>j.remapped.data
+        for v in uniq:
+            uniq[v] = at
+            at += 1
+        if buf_reserve(&j.remap, 4 * nv) < 0:
+            raise MemoryError()
+        rm = <int32_t *>j.remap.data
+        for k in range(nv):
+            rm[k] = uniq[values[k]]
+        j.remap.len = 4 * nv
+        values = list(uniq)
         nv = len(values)
     encoded = [v.encode("utf-8") for v in values]
     blob = b"".join(encoded) + bytes(64)       # (64 bytes past the last name: see below)
@@ -257,8 +271,26 @@ cdef void names_build(NamesJob *j) noexcept nogil:
     cdef const int32_t *st = j.st
     cdef const char *src = j.src
     cdef const Py_ssize_t *rs = NULL
+    cdef const int32_t *rm
+    cdef int32_t *w
     cdef unsigned char *d
     cdef int32_t *o
+    if j.remap.len:
+        # the ids of names given twice: their name's one place
+        if buf_reserve(&j.remapped, 4 * n + 4) < 0:
+            j.rc = -1
+            return
+        rm = <const int32_t *>j.remap.data
+        w = <int32_t *>j.remapped.data
+        for i in range(n):
+            k = ids[i]
+            if k >= j.nids:
+                j.bad = k
+                j.rc = -3
+                return
+            w[i] = rm[k] if k >= 0 else k
+        j.remapped.len = 4 * n
+        ids = w
     # (row by row when the names are short and their runs too: fewer than 4 rows a
     # run on average; a long run is written faster doubled, by copies)
     cdef bint short_names = j.longest <= 64
@@ -384,7 +416,7 @@ cdef object names_wrap(NamesJob *j):
     if j.rc == -1:
         raise MemoryError()
     if j.rc == -3:
-        raise ValueError(f"name id {j.bad} out of range ({j.nv} names)")
+        raise ValueError(f"name id {j.bad} out of range ({j.nids} names)")
     if j.rc == -4:
         raise DecodeError("the change-event table holds more than 2 GiB of names in one "
                           "batch; feed smaller batches", None, None)
@@ -395,38 +427,7 @@ cdef object names_wrap(NamesJob *j):
 
 cdef void names_free(NamesJob *j) noexcept nogil:
     buf_free(&j.starts); buf_free(&j.offs); buf_free(&j.data); buf_free(&j.valid)
-    buf_free(&j.runs); buf_free(&j.remapped)
-
-
-cdef list _names_dedup(list values, dict uniq, const int32_t *ids, Py_ssize_t n, Buf *out):
-    """_strings_by_id's names each once (uniq: dict.fromkeys of them), returned, and its
-    ids rewritten into out (the caller frees it) to their name's place there; -1 and
-    below stay null, an id past the names raises as _strings_by_id does."""
-    cdef Py_ssize_t nv = len(values), i
-    cdef int32_t k, j = 0
-    cdef int32_t *rm
-    cdef int32_t *w
-    cdef Buf rmb
-    memset(&rmb, 0, sizeof(Buf))
-    try:
-        for v in uniq:
-            uniq[v] = j
-            j += 1
-        if buf_reserve(&rmb, 4 * nv) < 0 or buf_reserve(out, 4 * n + 4) < 0:
-            raise MemoryError()
-        rm = <int32_t *>rmb.data
-        for i in range(nv):
-            rm[i] = uniq[values[i]]
-        w = <int32_t *>out.data
-        for i in range(n):
-            k = ids[i]
-            if k >= nv:
-                raise ValueError(f"name id {k} out of range ({nv} names)")
-            w[i] = rm[k] if k >= 0 else k
-        out.len = 4 * n
-        return list(uniq)
-    finally:
-        buf_free(&rmb)
+    buf_free(&j.runs); buf_free(&j.remap); buf_free(&j.remapped)
 
 
 cdef object _kind_strings(const unsigned char *kinds, Py_ssize_t n):
