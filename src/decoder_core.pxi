@@ -93,6 +93,14 @@ cdef class DecoderCore:
     cdef Buf run_refs               # MsgRef per spooled change of a replayed run
     cdef Buf run_ids                # int32 relation version (rb id) of each of them
     cdef Buf win_txn, win_grp, win_rows, win_refs   # a window's lists (txn_window.pxi)
+    cdef Buf win_txn2, win_grp2, win_rows2  # the next window's lists, scanned beside the
+                                    # helper's work on this one (window_write)
+    cdef Buf win_pre                # that scan's state, a WinScan (where it stopped;
+                                    # the type is txn_window.pxi's)
+    cdef Py_ssize_t win_pre_i       # its first Begin (-1: none)
+    cdef const MsgRef *win_pre_refs # of the batch it scanned
+    cdef int win_pre_rc             # what window_scan returned (WSCAN_DONE / WSCAN_NEED)
+    cdef list win_pre_groups        # its groups so far (this window's, in order)
     cdef bint busy                  # a feed() or export() is running: the block writers
                                     # let go of the GIL, so another thread could come in
     cdef public int threads         # 2: the change-event rows on a helper thread
@@ -122,6 +130,7 @@ cdef class DecoderCore:
         self.tb_spare = {}
         self.ev_chunks = []
         self.ctx.origin = -1
+        self.win_pre_i = -1
 
     def __init__(self, catalog, *, bint events=True, bint tables=True, binary_unknown=None,
                  Py_ssize_t max_pending_bytes=256 << 20, spill_dir=None, threads=None):
@@ -153,6 +162,10 @@ cdef class DecoderCore:
         buf_free(&self.win_grp)
         buf_free(&self.win_rows)
         buf_free(&self.win_refs)
+        buf_free(&self.win_txn2)
+        buf_free(&self.win_grp2)
+        buf_free(&self.win_rows2)
+        buf_free(&self.win_pre)
 
     # -- catalog glue (rare: Python is fine) ---------------------------------------
     cdef int32_t _name_id(self, str name):
@@ -239,6 +252,8 @@ cdef class DecoderCore:
 
     cdef int _feed(self, const MsgRef *refs, Py_ssize_t nrefs) except -1:
         cdef Py_ssize_t i = 0, k, skip = 0
+        self.win_pre_i = -1                 # (a scan ahead is of one batch only)
+        self.win_pre_groups = None
         if self.state == ST_TXN:
             self.txn_part_start = 0         # the open transaction continues here
             self.txn_rel_log = []

@@ -46,6 +46,26 @@ def _set_txn_windows(bint on):
     return was
 
 
+cdef bint g_scan_ahead = True       # off: each window scanned when it is reached (tests)
+
+
+def _set_scan_ahead(bint on):
+    """Tests: whether a window with the helper scans the next one beside its writing;
+    returns the old setting."""
+    global g_scan_ahead
+    cdef bint was = g_scan_ahead
+    g_scan_ahead = on
+    return was
+
+
+cdef Py_ssize_t g_ahead_taken = 0       # windows whose scan was made ahead (tests)
+
+
+def _scan_ahead_taken():
+    """Windows whose scan was made ahead, beside the window before, and taken (tests)."""
+    return g_ahead_taken
+
+
 cdef Py_ssize_t g_windows_taken = 0     # windows written (tests: the path ran)
 
 
@@ -174,15 +194,61 @@ cdef int window_lists(DecoderCore self) except -1:
     return 0
 
 
+cdef int window_lists_ahead(DecoderCore self) noexcept:
+    """Room for the next window's lists (window_write scans it beside the helper); -1
+    when there is none (then it is not scanned ahead)."""
+    if (buf_reserve(&self.win_txn2, sizeof(WinTxn) * WIN_MAX_TXNS) < 0
+            or buf_reserve(&self.win_grp2, 8 * WIN_MAX_CHANGES) < 0
+            or buf_reserve(&self.win_rows2, sizeof(WinRow) * 2 * WIN_MAX_CHANGES) < 0
+            or buf_reserve(&self.win_pre, sizeof(WinScan)) < 0):
+        return -1
+    return 0
+
+
+cdef inline void buf_swap(Buf *a, Buf *b) noexcept nogil:
+    cdef Buf t = a[0]
+    a[0] = b[0]
+    b[0] = t
+
+
+cdef bint window_ahead_take(DecoderCore self, WinScan *ws, const MsgRef *refs,
+                            Py_ssize_t i, list groups) except -1:
+    """The scan of the window at refs[i] that window_write made ahead, if it is of this
+    batch and position and its relations' builders are still the current ones: its
+    lists become the window's, its state ws and its groups groups'. False: none (ws
+    and groups untouched)."""
+    cdef int g
+    cdef list pre = self.win_pre_groups
+    cdef WinScan *pws = <WinScan *>self.win_pre.data
+    cdef bint ok = self.win_pre_i == i and self.win_pre_refs == refs and pre is not None
+    self.win_pre_i = -1
+    self.win_pre_groups = None
+    if not ok:
+        return False
+    for g in range(len(pre)):
+        if self.rb_current.get(pws.gid[g]) is not pre[g]:
+            return False
+    buf_swap(&self.win_txn, &self.win_txn2)
+    buf_swap(&self.win_grp, &self.win_grp2)
+    buf_swap(&self.win_rows, &self.win_rows2)
+    ws[0] = pws[0]
+    groups.extend(pre)
+    global g_ahead_taken
+    g_ahead_taken += 1
+    return True
+
+
 cdef int window_scan_all(DecoderCore self, WinScan *ws, const MsgRef *refs, Py_ssize_t i,
-                         Py_ssize_t nrefs, list groups) except -1:
+                         Py_ssize_t nrefs, list groups, int rc=-1) except -1:
     """window_scan from refs[i] until the window is found, each relation it meets added
     to groups (its builders) and ws.gid. A relation with no builders ends it: a window
-    before the transaction it is in, a part before that change."""
+    before the transaction it is in, a part before that change. rc: what window_scan
+    returned last when ws was scanned ahead (-1: scan first)."""
     cdef RelBuilders rb
-    cdef int rc
     while True:
-        if i + 64 <= nrefs:
+        if rc >= 0:
+            pass                             # (scanned ahead: its stop is handled first)
+        elif i + 64 <= nrefs:
             with nogil:
                 rc = window_scan(ws, refs, nrefs, <WinTxn *>self.win_txn.data,
                                  <int32_t *>self.win_grp.data,
@@ -203,6 +269,7 @@ cdef int window_scan_all(DecoderCore self, WinScan *ws, const MsgRef *refs, Py_s
         groups.append(rb)
         ws.gid[ws.ngroups] = ws.need
         ws.ngroups += 1
+        rc = -1
 
 
 cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
@@ -224,8 +291,15 @@ cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
 
     # 1. the window: whole transactions of changes only (without the GIL; the scan
     # stops at each relation it has not met yet, which the catalog of builders names)
-    window_scan_init(&ws, i, False, 0)
-    window_scan_all(self, &ws, refs, i, nrefs, groups)
+    if window_ahead_take(self, &ws, refs, i, groups):
+        # (scanned ahead, beside the helper's work on the window before: txns and grp
+        # are its lists now)
+        txns = <WinTxn *>self.win_txn.data
+        grp = <int32_t *>self.win_grp.data
+        window_scan_all(self, &ws, refs, i, nrefs, groups, self.win_pre_rc)
+    else:
+        window_scan_init(&ws, i, False, 0)
+        window_scan_all(self, &ws, refs, i, nrefs, groups)
     k = ws.k
     nch = ws.nch
     ntx = ws.ntx
@@ -237,7 +311,7 @@ cdef Py_ssize_t window_run(DecoderCore self, const MsgRef *refs, Py_ssize_t i,
     # 2.-4. write; on a decode error undo all of it and let the usual path report it
     self._drop_carry()
     try:
-        window_write(self, refs, ntx, nch, groups)
+        window_write(self, refs, ntx, nch, groups, 0, k, nrefs)
         ok = True
     except DecodeError:
         pass
@@ -573,6 +647,13 @@ cdef struct EvJob:                   # window_events' arguments, for the helper 
     int xo
     int rc
     int64_t ns                       # the time it took
+    WinScan *pre                     # then the next window's scan, into the lists ahead
+    Py_ssize_t nrefs                 # (NULL: none; the calling thread may make it)
+    WinTxn *pre_txns
+    int32_t *pre_grp
+    WinRow *pre_rows
+    int pre_rc                       # what window_scan returned
+    int64_t pre_ns                   # the time it took
 
 
 cdef void ev_job_run(void *arg) noexcept nogil:
@@ -582,6 +663,10 @@ cdef void ev_job_run(void *arg) noexcept nogil:
     own.rc = window_events(own.e, own.evr, &own.ctx, own.refs, own.txns, own.ntx, own.grp,
                            &own.r, &own.a, own.xo, own.a_stop)
     own.ns = pgo_now_ns() - t0
+    if own.pre != NULL:
+        own.pre_rc = window_scan(own.pre, own.refs, own.nrefs, own.pre_txns, own.pre_grp,
+                                 own.pre_grp + WIN_MAX_CHANGES, own.pre_rows)
+        own.pre_ns = pgo_now_ns() - t0 - own.ns
     j[0] = own
 
 
@@ -605,11 +690,14 @@ cdef inline double helper_share_next(double share, int64_t typed_ns, int64_t hel
 
 
 cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_ssize_t nch,
-                      list groups, int xo=0) except -1:
+                      list groups, int xo=0, Py_ssize_t ahead=-1, Py_ssize_t nrefs=0) except -1:
     """Steps 2.-4. of a window (or part) that window_scan_all found: its ntx transactions
     and nch changes in the lists, written into groups (each group's builders: the
     decoder's, or a spool's) and self.ev. Raises DecodeError where anything does not
-    decode (the caller undoes what was written). xo: 4 for a streamed part's changes."""
+    decode (the caller undoes what was written). xo: 4 for a streamed part's changes.
+    ahead: where the next window would start (refs[ahead], of nrefs; -1 for none): with
+    the helper, its scan is made beside this window's writing, by whichever thread
+    should end first (window_ahead_take)."""
     cdef Py_ssize_t ngroups = len(groups)
     cdef Py_ssize_t r, g, n, idx, a, a0
     cdef Py_ssize_t off[WIN_MAX_GROUPS + 1]
@@ -631,7 +719,10 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
     cdef Py_ssize_t q, r2, a2, r2s = 0, a2s = 0
     cdef Ctx octx0
     cdef double share
-    cdef int64_t t0, t1, t2
+    cdef int64_t t0, t1, t2, t3
+    cdef bint ahead_here = False         # this thread scans the next window
+    cdef WinScan *pws = NULL
+    cdef int prc = -1
     cdef bint beside = (events and tables and self.helper != NULL
                         and nch >= g_helper_min_changes)
     cdef bint ran = beside               # the events' writer already ran from (r, a)
@@ -682,6 +773,26 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
             a2s = a2                         # from there if the share does not fit)
             octx0 = octx
             ev_truncate(&self.ev_own, 0)
+        job.pre = NULL
+        job.pre_ns = 0
+        if (ahead >= 0 and ahead < nrefs and refs[ahead].n == 21 and refs[ahead].p[0] == MSG_BEGIN
+                and g_scan_ahead and window_lists_ahead(self) == 0):
+            # the next window's scan (its relations this window's, in this order, so far),
+            # into the lists ahead: on the helper after its events when this thread has
+            # no share of them (its typed rows take longer), else here after the share
+            pws = <WinScan *>self.win_pre.data
+            window_scan_init(pws, ahead, False, 0)
+            for g in range(ngroups):
+                pws.gid[g] = (<RelBuilders>groups[g]).relid
+            pws.ngroups = ngroups
+            if q < nch:
+                ahead_here = True
+            else:
+                job.pre = pws
+                job.nrefs = nrefs
+                job.pre_txns = <WinTxn *>self.win_txn2.data
+                job.pre_grp = <int32_t *>self.win_grp2.data
+                job.pre_rows = <WinRow *>self.win_rows2.data
         tctx = self.ctx
         tctx.snapshot = 0
         tctx.origin = txns[0].origin
@@ -694,10 +805,23 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
             if q < nch and trc >= 0:
                 orc = window_events(&self.ev_own, evr_own, &octx, refs, txns, ntx, grp, &r2, &a2, xo)
             t2 = pgo_now_ns()
+            if ahead_here:
+                prc = window_scan(pws, refs, nrefs, <WinTxn *>self.win_txn2.data,
+                                  <int32_t *>self.win_grp2.data,
+                                  <int32_t *>self.win_grp2.data + WIN_MAX_CHANGES,
+                                  <WinRow *>self.win_rows2.data)
+            t3 = pgo_now_ns()
             pgo_helper_wait(self.helper)
+        if job.pre != NULL:
+            prc = job.pre_rc
+        if prc >= 0:
+            self.win_pre_i = ahead
+            self.win_pre_refs = refs
+            self.win_pre_rc = prc
+            self.win_pre_groups = list(groups)
         global g_helper_jobs
         g_helper_jobs += 1
-        self._helper_verdict(pgo_now_ns() - t0, (t2 - t0) + job.ns)
+        self._helper_verdict(pgo_now_ns() - t0, (t3 - t0) + job.ns + job.pre_ns)
         if job.rc < 0 or trc < 0 or orc < 0:
             raise MemoryError()
         rc = 1                               # (this thread's share: not appended)
@@ -719,7 +843,7 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
             self.ctx = octx
             r = r2
             a = a2
-            self.ev_share = helper_share_next(self.ev_share, t1 - t0, job.ns, t2 - t1)
+            self.ev_share = helper_share_next(self.ev_share, (t1 - t0) + (t3 - t2), job.ns, t2 - t1)
         elif rc == -2:
             # (the helper wrote up to this thread's share, which did not fit: the writer
             # goes on from the share's start, with its context)

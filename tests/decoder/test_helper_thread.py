@@ -486,3 +486,131 @@ def test_own_share_formats_with_its_own_memos(share):
         assert native._helper_stats()[2] > shares                   # (the share ran)
     finally:
         native._set_helper_share(old)
+
+
+def _windows_stream(seed=11, phases=((0, 1), (2, 0), (0, 1, 2))):
+    """Plain transactions of 1-60 changes, more than WIN_MAX_CHANGES (4,096) in each
+    phase, so that windows end at their limit and the next one starts at once (the one
+    the writer scans ahead). Each phase's transactions touch its relations only (of three
+    defined first): a relation the window before did not touch (the scan ahead stops
+    for it), one it touched that this one does not, and a phase that starts with a
+    transaction redefining a relation (a Relation message in it: the usual path). Returns
+    the messages, their LSNs, and each relation's changes as sent ((op, id) in stream
+    order), per relid."""
+    import random
+    import struct
+
+    from pgoutput_fast.encode import encode_message
+    from pgoutput_fast.messages import Begin, Commit, Delete, Insert, Relation, RelationColumn, Update, Value
+
+    rnd = random.Random(seed)
+
+    def relation(i, extra=False):
+        cols = [RelationColumn(flags=1, name="id", type_oid=23, typmod=-1),
+                RelationColumn(flags=0, name="note", type_oid=25, typmod=-1),
+                RelationColumn(flags=0, name="amount", type_oid=20, typmod=-1)]
+        if extra:
+            cols.append(RelationColumn(flags=0, name="added", type_oid=16, typmod=-1))
+        return Relation(relid=18000 + i, nspname="public", relname=f"r{i}", replident="d", columns=tuple(cols))
+
+    rels = [relation(i) for i in range(3)]
+    msgs, lsns = [encode_message(r) for r in rels], [0] * len(rels)
+    ids = {r.relid: [] for r in rels}
+    lsn, xid, n = 1000, 700, 0
+
+    def row(rel, v):
+        vals = [Value("b", struct.pack(">i", v)), Value("t", f"note {v}".encode()),
+                Value("t", str(v * 7).encode())]
+        if len(rel.columns) == 4:
+            vals.append(Value("t", b"t" if v % 2 else b"f"))
+        return tuple(vals)
+
+    for p, phase in enumerate(phases):
+        redefine = p == len(phases) - 1
+        changes = 0
+        while changes < 5000:
+            k = rnd.randint(1, 60)
+            msgs.append(encode_message(Begin(final_lsn=lsn + k + 1, commit_ts=lsn, xid=xid)))
+            lsns.append(lsn)
+            if redefine:
+                rels[0] = relation(0, extra=True)
+                msgs.append(encode_message(rels[0]))
+                lsns.append(0)
+                redefine = False
+            for _ in range(k):
+                rel = rels[rnd.choice(phase)]
+                lsn += 1
+                n += 1
+                op = rnd.random()
+                if op < 0.7 or not ids[rel.relid]:
+                    msgs.append(encode_message(Insert(relid=rel.relid, new=row(rel, n))))
+                    ids[rel.relid].append(("c", n))
+                elif op < 0.9:
+                    msgs.append(encode_message(Update(relid=rel.relid, old_kind=None, old=None, new=row(rel, n))))
+                    ids[rel.relid].append(("u", n))
+                else:
+                    key = (Value("b", struct.pack(">i", n)),) + (None,) * (len(rel.columns) - 1)
+                    msgs.append(encode_message(Delete(relid=rel.relid, old_kind="K", old=key)))
+                    ids[rel.relid].append(("d", n))
+                lsns.append(lsn)
+            changes += k
+            lsn += 1
+            msgs.append(encode_message(Commit(flags=0, commit_lsn=lsn, end_lsn=lsn + 1, commit_ts=lsn)))
+            lsns.append(lsn)
+            lsn += 10
+            xid += 1
+    return msgs, lsns, ids
+
+
+@pytest.mark.parametrize("share", [-1.0, 0.0, 0.5])
+@pytest.mark.parametrize("cuts", [0, 3])
+def test_next_window_scanned_ahead(share, cuts):
+    """With the helper, the next window's scan is made while this one is written (on the
+    helper after its events when the calling thread has no share of them, else on the
+    calling thread after its share), from this window's relations: the output is what
+    one thread writes, with the scan ahead and without, fed whole or cut in pieces, and
+    each table's rows are the changes sent to its relation (operation and id)."""
+    msgs, lsns, ids = _windows_stream()
+    at = [len(msgs) * k // (cuts + 1) for k in range(1, cuts + 1)]
+    batches = list(zip(split(msgs, at), split(lsns, at)))
+    old = native._set_helper_share(share)
+    try:
+        taken = native._scan_ahead_taken()
+        two = feed_threads(batches, 2)
+        assert native._scan_ahead_taken() > taken                    # (the path ran)
+        one = feed_threads(batches, 1)
+        was = native._set_scan_ahead(False)
+        try:
+            taken = native._scan_ahead_taken()
+            off = feed_threads(batches, 2)
+            assert native._scan_ahead_taken() == taken
+        finally:
+            native._set_scan_ahead(was)
+    finally:
+        native._set_helper_share(old)
+    for k, (a, b, c) in enumerate(zip(two, one, off)):
+        assert a[0] == "ok", a[:2]
+        assert_results_equal(a, b, f"feed {k}, threads 2 / 1")
+        assert_results_equal(c, b, f"feed {k}, no scan ahead / threads 1")
+    got = {}
+    for _, cs in two:
+        for version, table in cs.table_versions:
+            got.setdefault(version.relid, []).extend(
+                zip(table.column("_op").to_pylist(), table.column("id").to_pylist()))
+    assert got == ids
+
+
+@pytest.mark.parametrize("where", [0.45, 0.6, 0.8])
+def test_damaged_message_in_a_window_scanned_ahead(where):
+    """A message cut short inside a window whose scan was made ahead: the same error and
+    the same output before it as one thread."""
+    msgs, lsns, _ = _windows_stream()
+    i = int(len(msgs) * where)
+    while msgs[i][:1] not in (b"I", b"U"):
+        i += 1
+    msgs[i] = msgs[i][:-3]
+    batch = [(msgs, lsns)]
+    two = feed_threads(batch, 2)
+    one = feed_threads(batch, 1)
+    assert two[0][0] == "error" and two[0][1][0] == i
+    assert_results_equal(two[0], one[0], "threads 2 / 1")
