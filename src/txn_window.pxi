@@ -647,6 +647,7 @@ cdef struct EvJob:                   # window_events' arguments, for the helper 
     int xo
     int rc
     int64_t ns                       # the time it took
+    int64_t start                    # when it started (pgo_now_ns)
     WinScan *pre                     # then the next window's scan, into the lists ahead
     Py_ssize_t nrefs                 # (NULL: none; the calling thread may make it)
     WinTxn *pre_txns
@@ -660,6 +661,7 @@ cdef void ev_job_run(void *arg) noexcept nogil:
     cdef EvJob *j = <EvJob *>arg
     cdef EvJob own = j[0]
     cdef int64_t t0 = pgo_now_ns()
+    own.start = t0
     own.rc = window_events(own.e, own.evr, &own.ctx, own.refs, own.txns, own.ntx, own.grp,
                            &own.r, &own.a, own.xo, own.a_stop)
     own.ns = pgo_now_ns() - t0
@@ -670,18 +672,26 @@ cdef void ev_job_run(void *arg) noexcept nogil:
     j[0] = own
 
 
-cdef inline double helper_share_next(double share, int64_t typed_ns, int64_t helper_ns,
-                                     int64_t own_ns) noexcept nogil:
+cdef inline double helper_share_rates(double share, int64_t typed_ns, int64_t late_ns,
+                                      int64_t helper_ns, Py_ssize_t helper_n,
+                                      int64_t own_ns, Py_ssize_t own_n) noexcept nogil:
     """The share of a window's changes whose events the calling thread writes next
-    (window_write): where the two threads end together, from this window's times (the
-    typed rows T, the events E = the helper's share + the calling thread's), f = (E - T)
-    / 2E, at most WIN_SHARE_MAX; halfway from the last share to it (a window's times
-    move with the VM and the data)."""
-    cdef double e = <double>(helper_ns + own_ns)
-    cdef double f
-    if e <= 0:
+    (window_write): where the two threads end together, from this window's times and
+    each thread's time per change (the helper writes the window's first changes into
+    the table's growing buffers, the calling thread its last ones into ev_own, warm in
+    its cache: on some machines one takes half again as long a change as the other).
+    With T the typed rows (and the scan ahead) and D the helper's late start, h and m the
+    two times per change: D + (1 - f) h = T + f m, f = (D + h - T) / (h + m) (h and m
+    per window), at most WIN_SHARE_MAX; halfway from the last share to it."""
+    cdef double n = <double>(helper_n + own_n)
+    cdef double h, m, f
+    if helper_n <= 0 or helper_ns <= 0 or n <= 0:
         return share
-    f = (e - <double>typed_ns) / (2 * e)
+    h = <double>helper_ns / <double>helper_n * n
+    m = <double>own_ns / <double>own_n * n if own_n > 0 and own_ns > 0 else h
+    if late_ns < 0:
+        late_ns = 0
+    f = (<double>late_ns + h - <double>typed_ns) / (h + m)
     if f < 0:
         f = 0
     elif f > WIN_SHARE_MAX:
@@ -843,7 +853,8 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
             self.ctx = octx
             r = r2
             a = a2
-            self.ev_share = helper_share_next(self.ev_share, (t1 - t0) + (t3 - t2), job.ns, t2 - t1)
+            self.ev_share = helper_share_rates(self.ev_share, (t1 - t0) + (t3 - t2),
+                                               job.start - t0, job.ns, q, t2 - t1, nch - q)
         elif rc == -2:
             # (the helper wrote up to this thread's share, which did not fit: the writer
             # goes on from the share's start, with its context)
@@ -858,7 +869,9 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
             r = job.r
             a = job.a
             if q == nch:
-                self.ev_share = helper_share_next(self.ev_share, t1 - t0, job.ns, 0)
+                # (the helper's scan ahead, after its events, as a later start)
+                self.ev_share = helper_share_rates(self.ev_share, t1 - t0,
+                                                   job.start - t0 + job.pre_ns, job.ns, nch, 0, 0)
             else:
                 self.ev_share *= 0.5         # (this thread's share was written for nothing)
         if q < nch:
