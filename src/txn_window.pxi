@@ -212,15 +212,18 @@ cdef inline void buf_swap(Buf *a, Buf *b) noexcept nogil:
 
 
 cdef bint window_ahead_take(DecoderCore self, WinScan *ws, const MsgRef *refs,
-                            Py_ssize_t i, list groups) except -1:
-    """The scan of the window at refs[i] that window_write made ahead, if it is of this
-    batch and position and its relations' builders are still the current ones: its
-    lists become the window's, its state ws and its groups groups'. False: none (ws
-    and groups untouched)."""
+                            Py_ssize_t i, list groups, bint part=False,
+                            int64_t seq0=0) except -1:
+    """The scan of the window at refs[i] (part: of the part of the open transaction from
+    refs[i] on, its first seq seq0) that window_write made ahead, if it is of this batch
+    and position and its relations' builders are still the current ones: its lists become
+    the window's, its state ws and its groups groups'. False: none (ws and groups
+    untouched)."""
     cdef int g
     cdef list pre = self.win_pre_groups
     cdef WinScan *pws = <WinScan *>self.win_pre.data
-    cdef bint ok = self.win_pre_i == i and self.win_pre_refs == refs and pre is not None
+    cdef bint ok = (self.win_pre_i == i and self.win_pre_refs == refs and pre is not None
+                    and pws.part == part and (not part or pws.seq0 == seq0))
     self.win_pre_i = -1
     self.win_pre_groups = None
     if not ok:
@@ -365,11 +368,14 @@ cdef Py_ssize_t window_part_run(DecoderCore self, const MsgRef *refs, Py_ssize_t
     cdef Py_ssize_t mark_rows[WIN_MAX_GROUPS]
     cdef Py_ssize_t mark_before[WIN_MAX_GROUPS]
     window_lists(self)
+    if window_ahead_take(self, &ws, refs, i, groups, True, self.ctx.seq):
+        window_scan_all(self, &ws, refs, i, nrefs, groups, self.win_pre_rc)
+    else:
+        # (k = i - 1: where the "Begin" would be; chg_at counts from it)
+        window_scan_init(&ws, i - 1, True, self.ctx.seq)
+        window_scan_all(self, &ws, refs, i, nrefs, groups)
     tx = <WinTxn *>self.win_txn.data
     grp = <int32_t *>self.win_grp.data
-    # (k = i - 1: where the "Begin" would be; chg_at counts from it)
-    window_scan_init(&ws, i - 1, True, self.ctx.seq)
-    window_scan_all(self, &ws, refs, i, nrefs, groups)
     nch = ws.nch
     ngroups = ws.ngroups
     if nch < PART_MIN_CHANGES or ngroups < 2 or nch >= PART_MAX_RUN * ws.nruns:
@@ -390,7 +396,7 @@ cdef Py_ssize_t window_part_run(DecoderCore self, const MsgRef *refs, Py_ssize_t
         mark_before[g] = rb.nbefore
     ev0 = self.ev.meta.rows
     try:
-        window_write(self, refs, 1, nch, groups)
+        window_write(self, refs, 1, nch, groups, 0, i + nch, nrefs, tx.seq0 + nch)
         ok = True
     except DecodeError:
         pass
@@ -700,14 +706,16 @@ cdef inline double helper_share_rates(double share, int64_t typed_ns, int64_t la
 
 
 cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_ssize_t nch,
-                      list groups, int xo=0, Py_ssize_t ahead=-1, Py_ssize_t nrefs=0) except -1:
+                      list groups, int xo=0, Py_ssize_t ahead=-1, Py_ssize_t nrefs=0,
+                      int64_t ahead_seq=-1) except -1:
     """Steps 2.-4. of a window (or part) that window_scan_all found: its ntx transactions
     and nch changes in the lists, written into groups (each group's builders: the
     decoder's, or a spool's) and self.ev. Raises DecodeError where anything does not
     decode (the caller undoes what was written). xo: 4 for a streamed part's changes.
     ahead: where the next window would start (refs[ahead], of nrefs; -1 for none): with
     the helper, its scan is made beside this window's writing, by whichever thread
-    should end first (window_ahead_take)."""
+    should end first (window_ahead_take). ahead_seq >= 0: the next is a part of the open
+    transaction (its changes from refs[ahead] on, their first seq ahead_seq)."""
     cdef Py_ssize_t ngroups = len(groups)
     cdef Py_ssize_t r, g, n, idx, a, a0
     cdef Py_ssize_t off[WIN_MAX_GROUPS + 1]
@@ -785,13 +793,20 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
             ev_truncate(&self.ev_own, 0)
         job.pre = NULL
         job.pre_ns = 0
-        if (ahead >= 0 and ahead < nrefs and refs[ahead].n == 21 and refs[ahead].p[0] == MSG_BEGIN
-                and g_scan_ahead and window_lists_ahead(self) == 0):
+        if (ahead >= 0 and ahead < nrefs and g_scan_ahead
+                and ((ahead_seq < 0 and refs[ahead].n == 21 and refs[ahead].p[0] == MSG_BEGIN)
+                     or (ahead_seq >= 0 and refs[ahead].n >= 5
+                         and (refs[ahead].p[0] == MSG_INSERT or refs[ahead].p[0] == MSG_UPDATE
+                              or refs[ahead].p[0] == MSG_DELETE)))
+                and window_lists_ahead(self) == 0):
             # the next window's scan (its relations this window's, in this order, so far),
             # into the lists ahead: on the helper after its events when this thread has
             # no share of them (its typed rows take longer), else here after the share
             pws = <WinScan *>self.win_pre.data
-            window_scan_init(pws, ahead, False, 0)
+            if ahead_seq >= 0:
+                window_scan_init(pws, ahead - 1, True, ahead_seq)   # (as window_part_run)
+            else:
+                window_scan_init(pws, ahead, False, 0)
             for g in range(ngroups):
                 pws.gid[g] = (<RelBuilders>groups[g]).relid
             pws.ngroups = ngroups

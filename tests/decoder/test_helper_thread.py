@@ -488,13 +488,15 @@ def test_own_share_formats_with_its_own_memos(share):
         native._set_helper_share(old)
 
 
-def _windows_stream(seed=11, phases=((0, 1), (2, 0), (0, 1, 2))):
+def _windows_stream(seed=11, phases=((0, 1), (2, 0), (0, 1, 2)), one_txn=False):
     """Plain transactions of 1-60 changes, more than WIN_MAX_CHANGES (4,096) in each
     phase, so that windows end at their limit and the next one starts at once (the one
     the writer scans ahead). Each phase's transactions touch its relations only (of three
     defined first): a relation the window before did not touch (the scan ahead stops
     for it), one it touched that this one does not, and a phase that starts with a
-    transaction redefining a relation (a Relation message in it: the usual path). Returns
+    transaction redefining a relation (a Relation message in it: the usual path).
+    one_txn: all of it one transaction (its parts, window_part_run, 4,096 changes each,
+    are scanned ahead the same way; the Relation message then ends a part). Returns
     the messages, their LSNs, and each relation's changes as sent ((op, id) in stream
     order), per relid."""
     import random
@@ -525,13 +527,18 @@ def _windows_stream(seed=11, phases=((0, 1), (2, 0), (0, 1, 2))):
             vals.append(Value("t", b"t" if v % 2 else b"f"))
         return tuple(vals)
 
+    if one_txn:
+        first = len(msgs)
+        msgs.append(None)                    # (its Begin, once its final LSN is known)
+        lsns.append(lsn)
     for p, phase in enumerate(phases):
         redefine = p == len(phases) - 1
         changes = 0
         while changes < 5000:
             k = rnd.randint(1, 60)
-            msgs.append(encode_message(Begin(final_lsn=lsn + k + 1, commit_ts=lsn, xid=xid)))
-            lsns.append(lsn)
+            if not one_txn:
+                msgs.append(encode_message(Begin(final_lsn=lsn + k + 1, commit_ts=lsn, xid=xid)))
+                lsns.append(lsn)
             if redefine:
                 rels[0] = relation(0, extra=True)
                 msgs.append(encode_message(rels[0]))
@@ -554,23 +561,31 @@ def _windows_stream(seed=11, phases=((0, 1), (2, 0), (0, 1, 2))):
                     ids[rel.relid].append(("d", n))
                 lsns.append(lsn)
             changes += k
-            lsn += 1
-            msgs.append(encode_message(Commit(flags=0, commit_lsn=lsn, end_lsn=lsn + 1, commit_ts=lsn)))
-            lsns.append(lsn)
-            lsn += 10
-            xid += 1
+            if not one_txn:
+                lsn += 1
+                msgs.append(encode_message(Commit(flags=0, commit_lsn=lsn, end_lsn=lsn + 1, commit_ts=lsn)))
+                lsns.append(lsn)
+                lsn += 10
+                xid += 1
+    if one_txn:
+        lsn += 1
+        msgs[first] = encode_message(Begin(final_lsn=lsn, commit_ts=lsns[first], xid=xid))
+        msgs.append(encode_message(Commit(flags=0, commit_lsn=lsn, end_lsn=lsn + 1, commit_ts=lsn)))
+        lsns.append(lsn)
     return msgs, lsns, ids
 
 
 @pytest.mark.parametrize("share", [-1.0, 0.0, 0.5])
-@pytest.mark.parametrize("cuts", [0, 3])
-def test_next_window_scanned_ahead(share, cuts):
-    """With the helper, the next window's scan is made while this one is written (on the
-    helper after its events when the calling thread has no share of them, else on the
-    calling thread after its share), from this window's relations: the output is what
-    one thread writes, with the scan ahead and without, fed whole or cut in pieces, and
-    each table's rows are the changes sent to its relation (operation and id)."""
-    msgs, lsns, ids = _windows_stream()
+@pytest.mark.parametrize("cuts", [0, 2])       # (pieces of more than a window)
+@pytest.mark.parametrize("one_txn", [False, True])
+def test_next_window_scanned_ahead(share, cuts, one_txn):
+    """With the helper, the next window's scan (or the next part's, inside one large
+    transaction) is made while this one is written (on the helper after its events when
+    the calling thread has no share of them, else on the calling thread after its share),
+    from this window's relations: the output is what one thread writes, with the scan
+    ahead and without, fed whole or cut in pieces, and each table's rows are the changes
+    sent to its relation (operation and id)."""
+    msgs, lsns, ids = _windows_stream(one_txn=one_txn)
     at = [len(msgs) * k // (cuts + 1) for k in range(1, cuts + 1)]
     batches = list(zip(split(msgs, at), split(lsns, at)))
     old = native._set_helper_share(share)
@@ -601,10 +616,11 @@ def test_next_window_scanned_ahead(share, cuts):
 
 
 @pytest.mark.parametrize("where", [0.45, 0.6, 0.8])
-def test_damaged_message_in_a_window_scanned_ahead(where):
-    """A message cut short inside a window whose scan was made ahead: the same error and
-    the same output before it as one thread."""
-    msgs, lsns, _ = _windows_stream()
+@pytest.mark.parametrize("one_txn", [False, True])
+def test_damaged_message_in_a_window_scanned_ahead(where, one_txn):
+    """A message cut short inside a window (or part) whose scan was made ahead: the same
+    error and the same output before it as one thread."""
+    msgs, lsns, _ = _windows_stream(one_txn=one_txn)
     i = int(len(msgs) * where)
     while msgs[i][:1] not in (b"I", b"U"):
         i += 1

@@ -110,7 +110,9 @@ class StandaloneCluster:
                 alive = [w for w in last.get("workers", []) if w.get("state") == "ALIVE"]
                 if len(alive) >= self.n_workers:
                     return
-            except OSError:
+            except (OSError, ValueError):
+                # (not up yet; or the web UI up before its JSON page: the master answered
+                # /json/ with its HTML page once, on a loaded machine)
                 pass
             time.sleep(0.3)
         raise RuntimeError(f"no {self.n_workers} registered Spark worker(s) in {self.timeout:.0f} s "
