@@ -793,7 +793,7 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
             ev_truncate(&self.ev_own, 0)
         job.pre = NULL
         job.pre_ns = 0
-        if (ahead >= 0 and ahead < nrefs and g_scan_ahead
+        if (ahead >= 0 and ahead < nrefs and g_scan_ahead and ngroups <= WIN_MAX_GROUPS // 2
                 and ((ahead_seq < 0 and refs[ahead].n == 21 and refs[ahead].p[0] == MSG_BEGIN)
                      or (ahead_seq >= 0 and refs[ahead].n >= 5
                          and (refs[ahead].p[0] == MSG_INSERT or refs[ahead].p[0] == MSG_UPDATE
@@ -801,7 +801,9 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
                 and window_lists_ahead(self) == 0):
             # the next window's scan (its relations this window's, in this order, so far),
             # into the lists ahead: on the helper after its events when this thread has
-            # no share of them (its typed rows take longer), else here after the share
+            # no share of them (its typed rows take longer), else here after the share.
+            # (Not after a window of more than half the relations a window holds: seeded
+            # with them all, the next would end at the first relation past the limit)
             pws = <WinScan *>self.win_pre.data
             if ahead_seq >= 0:
                 window_scan_init(pws, ahead - 1, True, ahead_seq)   # (as window_part_run)

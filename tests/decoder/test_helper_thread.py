@@ -630,3 +630,41 @@ def test_damaged_message_in_a_window_scanned_ahead(where, one_txn):
     one = feed_threads(batch, 1)
     assert two[0][0] == "error" and two[0][1][0] == i
     assert_results_equal(two[0], one[0], "threads 2 / 1")
+
+
+def test_windows_of_many_relations_with_the_helper():
+    """Windows of more relations than half of those a window holds (64) are not scanned
+    ahead (seeded with all of them, the next window would end at the first relation past
+    the limit): the output is still what one thread writes, and the windows are taken."""
+    import random
+    import struct
+
+    from pgoutput_fast.encode import encode_message
+    from pgoutput_fast.messages import Begin, Commit, Insert, Relation, RelationColumn, Value
+
+    rnd = random.Random(5)
+    rels = [Relation(relid=19000 + i, nspname="public", relname=f"m{i}", replident="d",
+                     columns=(RelationColumn(flags=1, name="id", type_oid=23, typmod=-1),))
+            for i in range(48)]
+    msgs, lsns = [encode_message(r) for r in rels], [0] * len(rels)
+    lsn = 1000
+    for x in range(700):
+        k = rnd.randint(5, 20)
+        msgs.append(encode_message(Begin(final_lsn=lsn + k + 1, commit_ts=lsn, xid=900 + x)))
+        lsns.append(lsn)
+        for _ in range(k):
+            lsn += 1
+            msgs.append(encode_message(Insert(relid=rnd.choice(rels).relid,
+                                              new=(Value("b", struct.pack(">i", lsn)),))))
+            lsns.append(lsn)
+        lsn += 1
+        msgs.append(encode_message(Commit(flags=0, commit_lsn=lsn, end_lsn=lsn + 1, commit_ts=lsn)))
+        lsns.append(lsn)
+        lsn += 10
+    windows, ahead = native._txn_windows_taken(), native._scan_ahead_taken()
+    two = feed_threads([(msgs, lsns)], 2)
+    assert native._txn_windows_taken() - windows >= 2
+    assert native._scan_ahead_taken() == ahead          # (48 relations in each window)
+    one = feed_threads([(msgs, lsns)], 1)
+    assert two[0][0] == "ok"
+    assert_results_equal(two[0], one[0], "threads 2 / 1")
