@@ -655,7 +655,8 @@ cdef struct EvJob:                   # window_events' arguments, for the helper 
     int64_t ns                       # the time it took
     int64_t start                    # when it started (pgo_now_ns)
     WinScan *pre                     # then the next window's scan, into the lists ahead
-    Py_ssize_t nrefs                 # (NULL: none; the calling thread may make it)
+                                     # (NULL: none; the calling thread may make it)
+    Py_ssize_t nrefs                 # its messages, and the lists ahead it writes
     WinTxn *pre_txns
     int32_t *pre_grp
     WinRow *pre_rows
@@ -672,10 +673,16 @@ cdef void ev_job_run(void *arg) noexcept nogil:
                            &own.r, &own.a, own.xo, own.a_stop)
     own.ns = pgo_now_ns() - t0
     if own.pre != NULL:
-        own.pre_rc = window_scan(own.pre, own.refs, own.nrefs, own.pre_txns, own.pre_grp,
-                                 own.pre_grp + WIN_MAX_CHANGES, own.pre_rows)
+        own.pre_rc = ev_job_scan_ahead(&own, own.pre)
         own.pre_ns = pgo_now_ns() - t0 - own.ns
     j[0] = own
+
+
+cdef inline int ev_job_scan_ahead(const EvJob *j, WinScan *pws) noexcept nogil:
+    """The next window's scan into the job's lists ahead (on the helper after its
+    events, or on the calling thread after its share): what window_scan returns."""
+    return window_scan(pws, j.refs, j.nrefs, j.pre_txns, j.pre_grp,
+                       j.pre_grp + WIN_MAX_CHANGES, j.pre_rows)
 
 
 cdef inline double helper_share_rates(double share, int64_t typed_ns, int64_t late_ns,
@@ -733,6 +740,7 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
     cdef WinGroup wg[WIN_MAX_GROUPS]
     cdef int rc, trc = 0, orc = 0
     cdef EvJob job
+    cdef EvJob ajob                     # (its copy for the scan ahead on this thread)
     cdef Ctx tctx, octx
     cdef Py_ssize_t q, r2, a2, r2s = 0, a2s = 0
     cdef Ctx octx0
@@ -812,14 +820,16 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
             for g in range(ngroups):
                 pws.gid[g] = (<RelBuilders>groups[g]).relid
             pws.ngroups = ngroups
+            job.nrefs = nrefs
+            job.pre_txns = <WinTxn *>self.win_txn2.data
+            job.pre_grp = <int32_t *>self.win_grp2.data
+            job.pre_rows = <WinRow *>self.win_rows2.data
             if q < nch:
                 ahead_here = True
             else:
                 job.pre = pws
-                job.nrefs = nrefs
-                job.pre_txns = <WinTxn *>self.win_txn2.data
-                job.pre_grp = <int32_t *>self.win_grp2.data
-                job.pre_rows = <WinRow *>self.win_rows2.data
+        if ahead_here:
+            ajob = job                       # (the helper owns job until the wait)
         tctx = self.ctx
         tctx.snapshot = 0
         tctx.origin = txns[0].origin
@@ -833,10 +843,7 @@ cdef int window_write(DecoderCore self, const MsgRef *refs, Py_ssize_t ntx, Py_s
                 orc = window_events(&self.ev_own, evr_own, &octx, refs, txns, ntx, grp, &r2, &a2, xo)
             t2 = pgo_now_ns()
             if ahead_here:
-                prc = window_scan(pws, refs, nrefs, <WinTxn *>self.win_txn2.data,
-                                  <int32_t *>self.win_grp2.data,
-                                  <int32_t *>self.win_grp2.data + WIN_MAX_CHANGES,
-                                  <WinRow *>self.win_rows2.data)
+                prc = ev_job_scan_ahead(&ajob, pws)
             t3 = pgo_now_ns()
             pgo_helper_wait(self.helper)
         if job.pre != NULL:
