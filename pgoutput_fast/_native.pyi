@@ -45,8 +45,10 @@ def set_buffer_cache_limit(nbytes: int) -> None:
     """Bytes of released output buffers kept for reuse (0 disables; default 256 MiB)."""
 
 def buffer_cache_info() -> dict[str, int]:
-    """``{"blocks", "bytes", "limit", "fresh_blocks", "fresh_bytes"}`` of the output buffer
-    cache (the last two: output buffers given memory not from the cache, cumulative)."""
+    """``{"blocks", "bytes", "limit", "fresh_blocks", "fresh_bytes", "grown_bytes",
+    "evicted_blocks"}`` of the output buffer cache (the cumulative counters: output
+    buffers given memory not from the cache, bytes copied by buffers growing, cached
+    blocks freed oldest first to make room for newer ones)."""
 
 class NativeBuffer:
     """malloc'd memory exposed through the buffer protocol (wrapped by pa.py_buffer)."""
