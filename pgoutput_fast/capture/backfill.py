@@ -218,21 +218,25 @@ def run_backfill(cfg: BackfillConfig, stop_event: threading.Event | None = None)
                 raise DurabilityError(f"writing the checkpoint of {out} failed: "
                                       f"{exc.strerror or exc}; nothing was created on the "
                                       "server") from None
-            point, snapshot_name = create_slot_exported(stream, cfg.slot, False, temporary=True)
-            progress.event("backfill_slot", slot=cfg.slot, point=format_lsn(point),
-                           snapshot=snapshot_name, tables=tables)
-            state.snapshot = {"state": "copying", "kind": BACKFILL, "tables": tables,
-                              "slot": cfg.slot, "consistent_point": point,
-                              "snapshot_name": snapshot_name, "started": round(time.time(), 3)}
-            state.acked_lsn = point
-            try:
-                write_checkpoint(out, state, cfg.file_mode)
-            except OSError as exc:
-                raise DurabilityError(f"writing the checkpoint of {out} failed: "
-                                      f"{exc.strerror or exc}; nothing was confirmed") from None
             workers = _WorkerConnections(
                 cfg.dsn, max(1, int(getattr(cfg, "snapshot_workers", 1) or 1)))
             try:
+                # the horizon held until the workers import the snapshot (hold_horizon)
+                workers.hold_horizon()
+                point, snapshot_name = create_slot_exported(stream, cfg.slot, False,
+                                                            temporary=True)
+                progress.event("backfill_slot", slot=cfg.slot, point=format_lsn(point),
+                               snapshot=snapshot_name, tables=tables)
+                state.snapshot = {"state": "copying", "kind": BACKFILL, "tables": tables,
+                                  "slot": cfg.slot, "consistent_point": point,
+                                  "snapshot_name": snapshot_name,
+                                  "started": round(time.time(), 3)}
+                state.acked_lsn = point
+                try:
+                    write_checkpoint(out, state, cfg.file_mode)
+                except OSError as exc:
+                    raise DurabilityError(f"writing the checkpoint of {out} failed: "
+                                          f"{exc.strerror or exc}; nothing was confirmed") from None
                 done = _copy(cfg, stream, state, point, snapshot_name, options, progress,
                              stop_event, result, workers, only_tables=tables)
             finally:

@@ -508,11 +508,14 @@ def _enter_snapshot(cur, snapshot_name):
 class _WorkerConnections:
     """The workers' connections, opened in a thread while the checkpoint and the slot
     are written and created (they join the exported snapshot afterwards: a connection
-    takes as long as a few fsyncs)."""
+    takes as long as a few fsyncs); and the guard of the snapshot's horizon
+    (``hold_horizon``)."""
 
     def __init__(self, dsn, n):
         self.conns: list = []
         self.error: BaseException | None = None
+        self._dsn = dsn
+        self._guard = None
         self._thread = threading.Thread(target=self._open, args=(dsn, n), daemon=True,
                                         name="pgoutput-fast-snapshot-connect")
         self._thread.start()
@@ -534,7 +537,45 @@ class _WorkerConnections:
             raise self.error
         return conns
 
+    def hold_horizon(self):
+        """Before the slot is created: a transaction on a connection of its own that holds
+        a snapshot (``REPEATABLE READ``, one statement), so that no backend can prune a
+        row version the exported snapshot will need until the workers have imported it
+        (``release_horizon``). The snapshot exported by ``CREATE_REPLICATION_SLOT`` is
+        held by the walsender alone until then, and PostgreSQL 17 lets go of the slot's
+        hold on the horizon (the slot's ``effective_xmin``) before it counts the
+        walsender's own ``xmin`` again (``ReplicationSlotRelease`` clears
+        ``PROC_IN_LOGICAL_DECODING`` last): a horizon computed by another backend in
+        between may pass the snapshot's ``xmin`` and let it prune, for as long as it
+        keeps that horizon, a row version that only the snapshot still sees. The guard's
+        snapshot is older than the exported one, so its ``xmin`` is not later. Seen once
+        in CI as a row missing from a snapshot's COPY (an updated row of a table under
+        constant updates; neither its old nor its new version was copied)."""
+        conn, cur = _connect_worker(self._dsn, "pgoutput-fast-snapshot-guard")
+        try:
+            cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            cur.execute("SELECT 1")           # takes the transaction's snapshot
+        except BaseException:
+            conn.close()
+            raise
+        self._guard = conn
+
+    def release_horizon(self):
+        """The workers hold the exported snapshot now (or the copy is over): the guard
+        goes."""
+        guard, self._guard = self._guard, None
+        if guard is not None:
+            try:
+                guard.rollback()              # the server lets go of its xmin here
+            except Exception:
+                pass
+            try:
+                guard.close()
+            except Exception:
+                pass
+
     def close(self):
+        self.release_horizon()
         self._thread.join()
         for conn, _cur in self.conns:
             try:
@@ -676,6 +717,7 @@ def _create_and_copy(cfg, stream, state, out, options, progress, stop_event, res
     except OSError as exc:
         raise DurabilityError(f"writing the checkpoint of {out} failed: {exc.strerror or exc}; "
                               "nothing was created on the server") from None
+    workers.hold_horizon()
     point, snapshot_name = create_slot_exported(stream, cfg.slot, cfg.two_phase)
     created["slot"] = cfg.slot
     progress.event("snapshot_slot", slot=cfg.slot, consistent_point=format_lsn(point),
@@ -734,6 +776,7 @@ def _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_even
     try:
         for _conn, cur in conns:
             _enter_snapshot(cur, snapshot_name)
+        workers.release_horizon()             # the workers' snapshots hold it now
         tables = published_tables(conns[0][1], state.publications, stream.version_num, binary)
         if only_tables is not None:
             tables = _only(tables, only_tables, state.publications)

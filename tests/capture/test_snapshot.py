@@ -159,6 +159,64 @@ class _Writer(threading.Thread):
             cur.execute("COMMIT")
 
 
+def test_the_horizon_is_held_from_before_the_slot_until_the_workers_import(world):
+    """The guard of the exported snapshot's horizon (``_WorkerConnections.hold_horizon``):
+    taken before ``CREATE_REPLICATION_SLOT``, its backend's xmin is not later than the
+    exported snapshot's, so no backend can prune a row version the snapshot needs while
+    the walsender alone holds it; it goes once the workers have imported the snapshot,
+    and every worker then holds the snapshot's xmin itself."""
+    from pgoutput_fast.capture.snapshot import _enter_snapshot, _WorkerConnections, create_slot_exported
+    from pgoutput_fast.capture.stream import ReplicationStream
+
+    pg = world["pg"]
+    guard_sql = ("SELECT backend_xmin::text::bigint FROM pg_stat_activity "
+                 "WHERE application_name = 'pgoutput-fast-snapshot-guard'")
+    stream = ReplicationStream(pg.dsn())
+    stream.open()
+    workers = _WorkerConnections(pg.dsn(), 2)
+    try:
+        workers.hold_horizon()
+        with world["conn"].cursor() as cur:
+            cur.execute(guard_sql)
+            (guard_xmin,), = cur.fetchall()
+        # the writer keeps transactions committing across the slot's creation
+        writer = _Writer(pg, seed=7)
+        writer.start()
+        try:
+            _point, name = create_slot_exported(stream, "guard_probe", False, temporary=True)
+        finally:
+            writer.stop.set()
+            writer.join()
+        assert writer.error is None, writer.error
+        conns = workers.take()
+        try:
+            xmins = []
+            for _conn, cur in conns:
+                _enter_snapshot(cur, name)
+                cur.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+                xmins.append(cur.fetchone()[0])
+            assert guard_xmin is not None and len(set(xmins)) == 1
+            assert guard_xmin <= xmins[0], (guard_xmin, xmins)
+            workers.release_horizon()
+
+            def guard_gone():
+                with world["conn"].cursor() as cur:
+                    cur.execute(guard_sql)
+                    return all(r[0] is None for r in cur.fetchall())
+
+            wait_until(guard_gone, what="the guard's xmin to go")
+            with world["conn"].cursor() as cur:
+                cur.execute("SELECT backend_xmin::text::bigint FROM pg_stat_activity "
+                            "WHERE application_name LIKE 'pgoutput-fast-snapshot-%' AND backend_xmin IS NOT NULL")
+                assert sorted(r[0] for r in cur.fetchall()) == xmins
+        finally:
+            for conn, _cur in conns:
+                conn.close()
+    finally:
+        workers.close()
+        stream.close()
+
+
 def _snapshot_state(out):
     try:
         st = capture.load_state(out)
