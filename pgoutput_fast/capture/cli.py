@@ -184,7 +184,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "--create-slot, else never")
     p.add_argument("--snapshot-workers", type=_workers, default=1, metavar="N",
                    help="connections copying the snapshot in parallel (large tables are "
-                        "split into block ranges; default 1)")
+                        "split into block ranges; default 1), plus one that holds the "
+                        "snapshot's horizon while the slot is created")
     p.add_argument("--progress", choices=["auto", "tty", "log", "off"], default="auto",
                    help="live line on a terminal, JSON lines otherwise (stderr)")
 
@@ -206,7 +207,8 @@ def add_backfill_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--binary", action="store_true",
                    help="binary values: give it when the capture runs with --binary")
     p.add_argument("--snapshot-workers", type=_workers, default=1, metavar="N",
-                   help="connections copying in parallel (default 1)")
+                   help="connections copying in parallel (default 1), plus one that holds "
+                        "the snapshot's horizon while the slot is created")
     p.add_argument("--segment-size", type=_size, default=64 << 20, metavar="BYTES",
                    help="rotate a segment after this much message data (default 64MB)")
     p.add_argument("--memory-budget", type=_size, default=256 << 20, metavar="BYTES",
