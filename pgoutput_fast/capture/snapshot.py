@@ -558,19 +558,22 @@ class _WorkerConnections:
         except BaseException:
             conn.close()
             raise
-        self._guard = conn
+        self._guard = (conn, cur)
 
     def release_horizon(self):
         """The workers hold the exported snapshot now (or the copy is over): the guard
         goes."""
         guard, self._guard = self._guard, None
         if guard is not None:
+            conn, cur = guard
             try:
-                guard.rollback()              # the server lets go of its xmin here
+                # the server lets go of the guard's xmin here (an autocommit connection's
+                # conn.rollback() sends nothing; a closed one's backend exits later)
+                cur.execute("ROLLBACK")
             except Exception:
                 pass
             try:
-                guard.close()
+                conn.close()
             except Exception:
                 pass
 
