@@ -13,6 +13,7 @@ cdef extern from "text_values.h":
 
 
 DEF FAST_BLOCK_ROWS = 1024           # rows a _run_typed_blocks block reserves room for at once
+DEF EV_SLACK_PER_COLUMN = 64          # ev_tuple_full's room for formatted values per column
 DEF CP_MIN_ROWS = 8                  # fewer rows: a block is written row-wise (the column
                                      # pass's set-up costs more than it saves there)
 DEF FAST_BLOCK_BYTES = 1 << 20       # and message bytes (at least one message)
@@ -566,6 +567,120 @@ cdef Py_ssize_t cp_rows(const MsgRef *refs, Py_ssize_t nrows, int ncols, Py_ssiz
     return nrows
 
 
+cdef Py_ssize_t ev_tuple_full(MapB *mb, const unsigned char *p, Py_ssize_t pos, Py_ssize_t end,
+                              int ncols, const unsigned char *names, const int32_t *name_end,
+                              const int32_t *ctype, FmtMemo *memo) noexcept nogil:
+    """ev_tuple of a tuple with every column (not a 'K' image), the change-event rows'
+    most common case, with the checks a value repeats made once per row: the room of
+    the values' bytes (a text value's bytes are the tuple's, so the tuple's bytes left
+    are room for all of them; only a formatted value can take more, and it reserves its
+    own, after which the room is checked again) and their int32 offsets' range (the
+    same bound; past it the row-wise scan takes the row). A text value is copied without
+    looking at its column's type (a text-like type's binary form is its text too)."""
+    cdef Column *vals
+    cdef int c, rc
+    cdef int32_t n, k = 0, vend
+    cdef uint8_t kind
+    cdef const unsigned char *v
+    cdef const char *why = NULL
+    cdef unsigned char *dd
+    cdef unsigned char *od
+    cdef Py_ssize_t dl, ol, vl, slack
+    if map_begin(mb) < 0:
+        return -2
+    rc = map_keys_all(mb, names, name_end, ncols)
+    if rc != 0:
+        return -1 if rc == -2 else -2
+    vals = mb.values
+    if vals.offsets.cap - vals.offsets.len < 4 * ncols and buf_reserve(&vals.offsets, 4 * ncols) < 0:
+        return -2
+    # (room for the tuple's bytes left and `slack` more, which formatted values take
+    # where their text is longer than their bytes, a few dozen at most for all but a
+    # numeric)
+    slack = EV_SLACK_PER_COLUMN * ncols
+    if (vals.data.cap - vals.data.len < end - pos + slack
+            and buf_reserve(&vals.data, end - pos + slack) < 0):
+        return -2
+    if vals.data.len + (end - pos + slack) > 0x7FFFFFFF:
+        return -1                                # (int32 offsets: the row-wise scan reports)
+    # (the column's buffers in locals: see ev_tuple)
+    dd = vals.data.data
+    dl = vals.data.len
+    od = vals.offsets.data
+    ol = vals.offsets.len
+    vl = vals.length
+    for c in range(ncols):
+        if pos >= end:
+            pos = -1
+            break
+        kind = p[pos]
+        if kind == COL_NULL:                          # 'n'
+            pos += 1
+            vals.data.len = dl
+            vals.offsets.len = ol
+            vals.length = vl
+            if col_end_row(vals, 0, 0) < 0:
+                return -2
+            dd = vals.data.data
+            dl = vals.data.len
+            od = vals.offsets.data
+            ol = vals.offsets.len
+            vl = vals.length
+            continue
+        if (kind != COL_TEXT and kind != COL_BINARY) or end - pos < 5:
+            pos = -1
+            break
+        n = pgo_be32s(p + pos + 1)
+        if <size_t>n > <size_t>(end - pos - 5):      # (negative lengths wrap)
+            pos = -1
+            break
+        v = p + pos + 5
+        pos += 5 + n
+        if kind == COL_BINARY:
+            k = ctype[4 * c]
+        if kind == COL_TEXT or k == K_TEXT or k == K_BPCHAR or k == K_JSON:
+            if not copy_ascii(dd + dl, v, n):
+                if ctype[4 * c] == K_CHAR or utf8_invalid_at(v, n) >= 0:
+                    pos = -1
+                    break
+            dl += n
+        else:
+            vals.data.len = dl
+            rc = fmt_column_value(k, ctype + 4 * c, v, n, &vals.data, memo + c, &why)
+            if rc < 0:
+                pos = -1
+                break
+            slack -= (vals.data.len - dl) - (5 + n)
+            dd = vals.data.data
+            dl = vals.data.len
+            if slack < 0:
+                # (a long text: room again for the values left, as at the start)
+                slack = EV_SLACK_PER_COLUMN * ncols
+                if (vals.data.cap - dl < end - pos + slack
+                        and buf_reserve(&vals.data, end - pos + slack) < 0):
+                    pos = -2
+                    break
+                if dl + (end - pos + slack) > 0x7FFFFFFF:
+                    pos = -1
+                    break
+                dd = vals.data.data
+        vend = <int32_t>dl
+        memcpy(od + ol, &vend, 4)
+        ol += 4
+        if vals.nulls and bit_set(&vals.validity, vl, 1) < 0:
+            pos = -2
+            break
+        vl += 1
+    vals.data.len = dl
+    vals.offsets.len = ol
+    vals.length = vl
+    if pos < 0:
+        return pos
+    if map_end_row(mb, 1) < 0:
+        return -2
+    return pos
+
+
 cdef Py_ssize_t ev_tuple(MapB *mb, const unsigned char *p, Py_ssize_t pos, Py_ssize_t end,
                          int ncols, const unsigned char *names, const int32_t *name_end,
                          const unsigned char *is_key, bint key_only, const int32_t *ctype,
@@ -579,6 +694,9 @@ cdef Py_ssize_t ev_tuple(MapB *mb, const unsigned char *p, Py_ssize_t pos, Py_ss
     On -1 and -2 the row is left begun: map_truncate drops its entries. key_only: a 'K'
     image, whose entries are the key columns. memo: the columns' FmtMemo (dates,
     timestamps)."""
+    if not key_only and (pos >= end or p[pos] != COL_BINARY):
+        # (a text-mode tuple: in binary mode the loop below formats values as fast)
+        return ev_tuple_full(mb, p, pos, end, ncols, names, name_end, ctype, memo)
     cdef Column *vals
     cdef int c, rc
     cdef int32_t n, k, vend

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from pgoutput_fast import (
     Begin, BeginPrepare, Commit, CommitPrepared, Delete, Insert, Origin, Prepare, Relation,
     RelationColumn, StreamAbort, StreamCommit, StreamStart, StreamStop, Update, Value,
-    encode_message,
+    DecodeError, encode_message,
 )
 from tests.decoder.test_decoder_parity import (
     IMPLS, StreamBuilder, allowed_cuts, assert_results_equal, damage_one, feed_both, make_decoder,
@@ -182,6 +182,62 @@ def test_windows_are_taken_and_gather_across_transactions():
                        tb.column("_seq").to_pylist(), tb.column("_xid").to_pylist(),
                        tb.column("_commit_lsn").to_pylist()))
         assert got == expect[k]
+
+
+
+def test_event_rows_of_text_first_tuples_with_formatted_values():
+    """The change-event rows' writer for tuples with every column (ev_tuple_full, taken
+    when the first value is not binary) formats the binary values among text ones, and
+    a value whose text is far longer than its bytes (a numeric of 10^8000 in 10 bytes)
+    leaves room for the values after it; non-ASCII text, invalid UTF-8 (a DecodeError)
+    and nulls as the reference has them, in windows of small transactions and in one
+    large transaction."""
+    import struct
+    cols = (RelationColumn(1, "id", 20, -1), RelationColumn(0, "a", 25, -1),
+            RelationColumn(0, "n", 1700, -1), RelationColumn(0, "b", 25, -1),
+            RelationColumn(0, "f", 701, -1), RelationColumn(0, "i", 23, -1))
+    rel = Relation(16384, "public", "t", "d", cols, None)
+
+    def numeric(weight, digit):
+        return struct.pack(">hhHH", 1, weight, 0, 0) + struct.pack(">H", digit)
+
+    def row(k):
+        return (Value("t", str(k).encode()),
+                None if k % 7 == 3 else Value("b", ("héllo %d" % k if k % 3 else "x%d" % k).encode()),
+                Value("b", numeric(2000 if k % 5 == 0 else k % 4, 1 + k % 9999)),
+                Value("t", ("long text %d " % k).encode() * (1 + k % 40)),
+                None if k % 11 == 0 else Value("b", struct.pack(">d", k / 7.0)),
+                Value("b", struct.pack(">i", -k)))
+
+    def txns(sizes):
+        msgs, lsns, lsn, k = [encode_message(rel)], [0], 100, 0
+        for t, size in enumerate(sizes):
+            final = lsn + 100_000
+            msgs.append(encode_message(Begin(final, 1_000 + t, 900 + t)))
+            lsns.append(lsn)
+            for _ in range(size):
+                lsn += 8
+                msgs.append(encode_message(Insert(16384, row(k))))
+                lsns.append(lsn)
+                k += 1
+            msgs.append(encode_message(Commit(0, final, final + 8, 1_000 + t)))
+            lsns.append(final + 8)
+            lsn = final + 16
+        return msgs, lsns
+
+    for sizes in ([3, 1, 5, 2] * 30, [600]):
+        msgs, lsns = txns(sizes)
+        for options in ({}, {"tables": False}):
+            assert_windows_change_nothing([(msgs, lsns)], **options)
+        cs = make_decoder(IMPLS["native"]).feed(pa.array(msgs, pa.binary()), lsns)
+        after = cs.events.column("after").to_pylist()
+        assert dict(after[0])["n"] == "1" + "0" * 8000     # (k = 0: 10^8000)
+        assert dict(after[1])["a"] == "héllo 1" and dict(after[1])["i"] == "-1"
+        # invalid UTF-8 in a text value sent as text, after the first column
+        bad = list(msgs)
+        bad[3] = encode_message(Insert(16384, row(1)[:3] + (Value("t", b"\xff\xfe"),) + row(1)[4:]))
+        with pytest.raises(DecodeError):
+            make_decoder(IMPLS["native"], tables=False).feed(pa.array(bad, pa.binary()), lsns)
 
 
 # -- parts of a large open transaction ------------------------------------------------------
