@@ -567,16 +567,26 @@ cdef Py_ssize_t cp_rows(const MsgRef *refs, Py_ssize_t nrows, int ncols, Py_ssiz
     return nrows
 
 
+cdef inline int ev_room(Column *vals, Py_ssize_t need) noexcept nogil:
+    """ev_tuple_full's room: `need` more bytes in the values' data within the int32
+    offsets' range. 0; -2 no memory; -1 past the range (the row-wise scan reports)."""
+    if vals.data.cap - vals.data.len < need and buf_reserve(&vals.data, need) < 0:
+        return -2
+    if vals.data.len + need > 0x7FFFFFFF:
+        return -1
+    return 0
+
+
 cdef Py_ssize_t ev_tuple_full(MapB *mb, const unsigned char *p, Py_ssize_t pos, Py_ssize_t end,
                               int ncols, const unsigned char *names, const int32_t *name_end,
                               const int32_t *ctype, FmtMemo *memo) noexcept nogil:
     """ev_tuple of a tuple with every column (not a 'K' image), the change-event rows'
-    most common case, with the checks a value repeats made once per row: the room of
-    the values' bytes (a text value's bytes are the tuple's, so the tuple's bytes left
-    are room for all of them; only a formatted value can take more, and it reserves its
-    own, after which the room is checked again) and their int32 offsets' range (the
-    same bound; past it the row-wise scan takes the row). A text value is copied without
-    looking at its column's type (a text-like type's binary form is its text too)."""
+    most common case, with the checks a value repeats made once per row (ev_room): the
+    room of the values' bytes and their int32 offsets' range. A text value's bytes are
+    the tuple's, so the tuple's bytes left bound them all; a formatted value reserves
+    its own room and may take up to `slack` bytes more than its bytes (a numeric can
+    take more: the room is then checked again). A text value is copied without looking
+    at its column's type (a text-like type's binary form is its text too)."""
     cdef Column *vals
     cdef int c, rc
     cdef int32_t n, k = 0, vend
@@ -594,15 +604,10 @@ cdef Py_ssize_t ev_tuple_full(MapB *mb, const unsigned char *p, Py_ssize_t pos, 
     vals = mb.values
     if vals.offsets.cap - vals.offsets.len < 4 * ncols and buf_reserve(&vals.offsets, 4 * ncols) < 0:
         return -2
-    # (room for the tuple's bytes left and `slack` more, which formatted values take
-    # where their text is longer than their bytes, a few dozen at most for all but a
-    # numeric)
     slack = EV_SLACK_PER_COLUMN * ncols
-    if (vals.data.cap - vals.data.len < end - pos + slack
-            and buf_reserve(&vals.data, end - pos + slack) < 0):
-        return -2
-    if vals.data.len + (end - pos + slack) > 0x7FFFFFFF:
-        return -1                                # (int32 offsets: the row-wise scan reports)
+    rc = ev_room(vals, end - pos + slack)
+    if rc < 0:
+        return rc
     # (the column's buffers in locals: see ev_tuple)
     dd = vals.data.data
     dl = vals.data.len
@@ -656,12 +661,9 @@ cdef Py_ssize_t ev_tuple_full(MapB *mb, const unsigned char *p, Py_ssize_t pos, 
             if slack < 0:
                 # (a long text: room again for the values left, as at the start)
                 slack = EV_SLACK_PER_COLUMN * ncols
-                if (vals.data.cap - dl < end - pos + slack
-                        and buf_reserve(&vals.data, end - pos + slack) < 0):
-                    pos = -2
-                    break
-                if dl + (end - pos + slack) > 0x7FFFFFFF:
-                    pos = -1
+                rc = ev_room(vals, end - pos + slack)
+                if rc < 0:
+                    pos = rc
                     break
                 dd = vals.data.data
         vend = <int32_t>dl
