@@ -271,6 +271,20 @@ cdef inline void ev_rel(EvRel *v, RelBuilders rb) noexcept:
     v.fmemo = rb.fmemo
 
 
+cdef inline int ev_reserve_rows(EvStore *e, Py_ssize_t n) noexcept nogil:
+    """Room for the metadata of n more change-event rows (ev_block's, ev_mixed's),
+    toast_off begun with its first offset. 0, or -1 out of memory."""
+    cdef int32_t zero = 0
+    if (meta_reserve(&e.meta, n) < 0 or buf_reserve(&e.relid, 8 * n) < 0
+            or buf_reserve(&e.rb, 4 * n) < 0 or buf_reserve(&e.before_kind, n) < 0
+            or buf_reserve(&e.trunc, n) < 0 or buf_reserve(&e.toast_off, 4 * (n + 1)) < 0):
+        return -1
+    if e.toast_off.len == 0:
+        memcpy(e.toast_off.data, &zero, 4)
+        e.toast_off.len = 4
+    return 0
+
+
 cdef Py_ssize_t ev_block(EvStore *e, const EvRel *v, Ctx *ctx, const MsgRef *refs,
                          Py_ssize_t i, Py_ssize_t j, Py_ssize_t nrefs, int olds,
                          int xo) noexcept nogil:
@@ -283,7 +297,7 @@ cdef Py_ssize_t ev_block(EvStore *e, const EvRel *v, Ctx *ctx, const MsgRef *ref
     cdef int ncols = v.ncols
     cdef Py_ssize_t rows = j - i, done = 0, base, r, pos, end
     cdef const unsigned char *p
-    cdef int32_t endo, zero = 0
+    cdef int32_t endo
     cdef int64_t relid = v.relid
     cdef int32_t rid = v.rid
     cdef char op = b'd' if olds == BLOCK_DELETES else b'u' if olds == BLOCK_UPDATES_OLD else 0
@@ -326,15 +340,10 @@ cdef Py_ssize_t ev_block(EvStore *e, const EvRel *v, Ctx *ctx, const MsgRef *ref
         if pos == -2:
             return -1
     if done:
-        if (meta_reserve(&e.meta, done) < 0 or buf_reserve(&e.relid, 8 * done) < 0
-                or buf_reserve(&e.rb, 4 * done) < 0 or buf_reserve(&e.before_kind, done) < 0
-                or buf_reserve(&e.trunc, done) < 0 or buf_reserve(&e.toast_off, 4 * (done + 1)) < 0):
+        if ev_reserve_rows(e, done) < 0:
             return -1
         meta_put_run(&e.meta, refs + i, done, ctx, op)
         endo = <int32_t>(e.toast_ids.len >> 2)
-        if e.toast_off.len == 0:
-            memcpy(e.toast_off.data, &zero, 4)
-            e.toast_off.len = 4
         for r in range(done):
             memcpy(e.relid.data + e.relid.len + 8 * r, &relid, 8)
             memcpy(e.rb.data + e.rb.len + 4 * r, &rid, 4)
@@ -357,16 +366,19 @@ cdef Py_ssize_t ev_mixed(EvStore *e, const EvRel *evr, const int32_t *grp, Ctx *
     with its relation's EvRel, evr[grp[r - i]], then the rows' metadata a column at a
     time. ev_block's blocks are runs of one relation and one
     shape, and a stream of small transactions of a few tables and an insert / update /
-    delete mix cut them to one or two rows each, each paying the block's set-up.
-    Returns the first row not written (the row-wise scan takes it from there, as after
+    delete mix cut them to one or two rows each, each paying the block's set-up. The
+    room of the rows' metadata is the caller's (window_events reserves it once for all
+    the transactions it writes: a stream of one-change transactions paid the reserves
+    of a dozen columns a row). Returns the first row not written (the row-wise scan takes it from there, as after
     ev_block); -1: out of memory."""
     cdef Py_ssize_t rows = j - i, done = 0, base, r, pos, end
     cdef const unsigned char *p
     cdef const EvRel *v
-    cdef int32_t endo, zero = 0
+    cdef int32_t endo
     cdef int ncols
     cdef uint8_t t, tk
     cdef unsigned char *bk
+    cdef unsigned char *tr
     base = e.meta.rows
     while done < rows:
         if done + BLOCK_PREFETCH < rows:
@@ -418,24 +430,19 @@ cdef Py_ssize_t ev_mixed(EvStore *e, const EvRel *evr, const int32_t *grp, Ctx *
         if pos == -2:
             return -1
     if done:
-        if (meta_reserve(&e.meta, done) < 0 or buf_reserve(&e.relid, 8 * done) < 0
-                or buf_reserve(&e.rb, 4 * done) < 0 or buf_reserve(&e.before_kind, done) < 0
-                or buf_reserve(&e.trunc, done) < 0 or buf_reserve(&e.toast_off, 4 * (done + 1)) < 0):
-            return -1
+        # (the room: window_events reserved it for the call's rows, ev_reserve_rows)
         meta_put_run(&e.meta, refs + i, done, ctx, 0)
         endo = <int32_t>(e.toast_ids.len >> 2)
-        if e.toast_off.len == 0:
-            memcpy(e.toast_off.data, &zero, 4)
-            e.toast_off.len = 4
         bk = e.before_kind.data + e.before_kind.len
+        tr = e.trunc.data + e.trunc.len
         for r in range(done):
             v = &evr[grp[r]]
             memcpy(e.relid.data + e.relid.len + 8 * r, &v.relid, 8)
             memcpy(e.rb.data + e.rb.len + 4 * r, &v.rid, 4)
             tk = refs[i + r].p[5 + xo]
             bk[r] = 0 if tk == TUPLE_NEW else tk
+            tr[r] = 0xFF
             memcpy(e.toast_off.data + e.toast_off.len + 4 * r, &endo, 4)
-        memset(e.trunc.data + e.trunc.len, 0xFF, <size_t>done)
         e.relid.len += 8 * done
         e.rb.len += 4 * done
         e.before_kind.len += done

@@ -104,6 +104,7 @@ DEF WIN_MAX_BYTES = 4 << 20          # a window ends after the transaction that 
 DEF WIN_MAX_GROUPS = 64              # relations one window writes at most
 DEF WIN_NOGIL_CHANGES = 32           # a window of this many changes writes its events without the GIL
 DEF WIN_NO_STOP = 0x7FFFFFFFFFFFFFFF  # window_events' a_stop: none
+DEF WIN_EV_ROOM = 256                # window_events: rows' room reserved at a time
 DEF WIN_SHARE_MAX = 0.45             # the calling thread's share of a window's events, at most
 
 
@@ -1092,7 +1093,7 @@ cdef int window_events(EvStore *e, const EvRel *evr, Ctx *ctx, const MsgRef *ref
     written; *a_io == a_stop when it stopped there (the change refs[a_stop], in the
     window, is not written: the helper's share of the window ends there). 0, or -1 when
     memory ran out."""
-    cdef Py_ssize_t r = r_io[0], a = a_io[0], b, k, end
+    cdef Py_ssize_t r = r_io[0], a = a_io[0], b, k, end, room = 0
     cdef const WinTxn *tx
     while r < ntx and a < a_stop:
         tx = &txns[r]
@@ -1101,12 +1102,20 @@ cdef int window_events(EvStore *e, const EvRel *evr, Ctx *ctx, const MsgRef *ref
         end = tx.begin + 1 + tx.nchanges
         b = end if end <= a_stop else a_stop
         if a < b:
+            # the room of the rows' metadata (ev_mixed's), reserved for WIN_EV_ROOM rows
+            # at a time: a reserve of a dozen columns per transaction was most of a
+            # one-change transaction's cost outside its tuples
+            if b - a > room:
+                room = b - a if b - a > WIN_EV_ROOM else WIN_EV_ROOM
+                if ev_reserve_rows(e, room) < 0:
+                    return -1
             if xo == 0:                  # (the constant for plain changes: see window_typed)
                 k = ev_mixed(e, evr, grp + tx.first + (a - tx.begin - 1), ctx, refs, a, b, 0)
             else:
                 k = ev_mixed(e, evr, grp + tx.first + (a - tx.begin - 1), ctx, refs, a, b, xo)
             if k < 0:
                 return -1
+            room -= k - a
             if k < b:
                 r_io[0] = r
                 a_io[0] = k

@@ -506,21 +506,24 @@ cdef class RelBuilders:
         struct_fields = self.exp_struct_fields
         m = self.nbefore
         if self.before != NULL and m:
-            children = []
-            for i in range(self.ncols):
-                child = col_export(self.before[i], struct_fields[i].type)
-                if child.type != struct_fields[i].type:      # (a cast imports pyarrow.compute)
-                    child = child.cast(struct_fields[i].type)
-                children.append(child)
-            dense = pa.StructArray.from_arrays(children, fields=struct_fields) if self.ncols else \
-                _pa_from_buffers(pa.struct([]), m, [None], children=[])
             rows_buf = _take_buf(&self.before_rows, 4 * m)     # row index of each old image
             kinds = _take_buf(&self.before_kind, m)
             rows = <const int32_t *><size_t>rows_buf.address
-            before = _spread_struct(dense, rows, m, n, self.exp_types) if _rows_ascending(rows, m, n) else None
-            if before is not None:
+            if _rows_ascending(rows, m, n) and _spreadable(self.before, self.ncols, m):
+                # each column's old values straight from its buffers to their rows
+                children = [_spread_column(self.before[i], self.exp_types[i], rows, m, n)
+                            for i in range(self.ncols)]
+                before = _spread_struct(self.exp_struct, children, rows, m, n)
                 before_kind = _spread_kinds(kinds, rows, m, n)
-            else:                        # (a type _spread does not lay out)
+            else:                        # (rows out of order: a dense struct, then a take)
+                children = []
+                for i in range(self.ncols):
+                    child = col_export(self.before[i], struct_fields[i].type)
+                    if child.type != struct_fields[i].type:      # (a cast imports pyarrow.compute)
+                        child = child.cast(struct_fields[i].type)
+                    children.append(child)
+                dense = pa.StructArray.from_arrays(children, fields=struct_fields) if self.ncols else \
+                    _pa_from_buffers(pa.struct([]), m, [None], children=[])
                 idx = np.full(n, -1, dtype=np.int32)
                 idx[np.frombuffer(rows_buf, np.int32)] = np.arange(m, dtype=np.int32)
                 before = dense.take(_pa_from_np(idx, pa.int32(), idx < 0))
@@ -634,29 +637,66 @@ cdef void _spread_fixed(unsigned char *out, const unsigned char *src, const int3
             memcpy(out + <Py_ssize_t>rows[j] * w, src + j * w, <size_t>w)
 
 
-cdef object _spread(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t n, object t):
-    """The n-row array with dense[j] at row rows[j] and nulls elsewhere; None for a
-    layout not handled here (the caller takes the general path). A large one is
-    written without the GIL (the pieces of decode_parallel export at the same time).
-    t: dense's type (an object kept from export to export: _null_array finds it)."""
+cdef int _bits_extend(Buf *b, Py_ssize_t nbytes) noexcept nogil:
+    """A bitmap Buf at least nbytes long, the bytes added zero (a bitmap ends where its
+    last bit set is: the bits past it are zeros not yet written). -1: no memory."""
+    if b.len >= nbytes:
+        return 0
+    if buf_reserve(b, nbytes - b.len) < 0:
+        return -1
+    memset(b.data + b.len, 0, <size_t>(nbytes - b.len))
+    b.len = nbytes
+    return 0
+
+
+cdef inline void _buf_spent(Buf *b, Py_ssize_t exact) noexcept nogil:
+    """buf_free of a Buf whose bytes were copied out at export, with the size hints
+    _take_buf leaves (the next growth of the Buf starts from them)."""
+    b.last = exact
+    if exact > b.hint:
+        b.hint = exact
+    elif exact < b.hint >> 2:
+        b.hint = exact
+    buf_free(b)
+
+
+cdef bint _spreadable(Column **cols, int ncols, Py_ssize_t m) noexcept nogil:
+    """Every old-image column holds the m rows (and their offsets) _spread_column reads."""
+    cdef int i
+    cdef Column *c
+    for i in range(ncols):
+        c = cols[i]
+        if c.length != m or c.nulls > m:
+            return False
+        if (c.layout == LAYOUT_VARLEN or c.layout == LAYOUT_LIST) and c.offsets.len < 4 * (m + 1):
+            return False
+        if c.layout == LAYOUT_LIST and c.child == NULL:
+            return False
+    return True
+
+
+cdef object _spread_column(Column *c, object t, const int32_t *rows, Py_ssize_t m, Py_ssize_t n):
+    """The n-row array of type t with the column's m values at rows[0..m) (rising, below
+    n: _rows_ascending) and nulls elsewhere, straight from the column's buffers, which
+    are left empty as col_export leaves them: fixed-width values and bits copied to
+    their rows, var-len and list offsets rebuilt over the rows, their bytes and child
+    rows handed over as they are. (A dense array of the old images first, then spread,
+    made each column's arrays twice: in a feed of a few hundred rows the arrays cost
+    more than the bytes.) After _spreadable."""
     cdef Buf valid, data, offs
-    cdef Py_ssize_t count = 0, j, w
+    cdef Py_ssize_t count = 0, j, w, nb = (m + 7) >> 3
     cdef const unsigned char *src_valid = NULL
-    cdef const unsigned char *src
-    cdef const int32_t *src_off
-    cdef int rc
     cdef bint big = n >= SPREAD_NOGIL_ROWS
-    if not t.equals(dense.type):
-        t = dense.type
-    if dense.offset != 0 or len(dense) != m:
-        return None
-    if m and dense.null_count == m:     # (a field a key image leaves out)
-        return _null_array(t, n)
-    bufs = dense.buffers()
+    cdef int rc = 0
+    children = None
     memset(&valid, 0, sizeof(Buf)); memset(&data, 0, sizeof(Buf)); memset(&offs, 0, sizeof(Buf))
-    if bufs[0] is not None and dense.null_count:
-        src_valid = <const unsigned char *><size_t>bufs[0].address
     try:
+        if c.nulls == m:                     # (a field a key image leaves out)
+            return _null_array(t, n)
+        if c.nulls:
+            if _bits_extend(&c.validity, nb) < 0:
+                raise MemoryError()
+            src_valid = c.validity.data
         if big:
             with nogil:
                 rc = _spread_validity(&valid, src_valid, rows, m, n, &count)
@@ -664,60 +704,63 @@ cdef object _spread(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t 
             rc = _spread_validity(&valid, src_valid, rows, m, n, &count)
         if rc < 0:
             raise MemoryError()
-        if pa.types.is_boolean(t):
-            src = <const unsigned char *><size_t>bufs[1].address
+        if c.layout == LAYOUT_BOOL:
+            if _bits_extend(&c.data, nb) < 0:
+                raise MemoryError()
             if big:
                 with nogil:
-                    rc = _spread_validity(&data, src, rows, m, n, &j)    # the value bits, spread
+                    rc = _spread_validity(&data, c.data.data, rows, m, n, &j)   # the value bits
             else:
-                rc = _spread_validity(&data, src, rows, m, n, &j)
+                rc = _spread_validity(&data, c.data.data, rows, m, n, &j)
             if rc < 0:
                 raise MemoryError()
             values = [_take_buf(&data, (n + 7) >> 3)]
-            children = None
-        elif (pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_list(t)) and not (
-                pa.types.is_large_string(t) or pa.types.is_large_binary(t)):
-            src_off = <const int32_t *><size_t>bufs[1].address
-            if buf_reserve_exact(&offs, 4 * (n + 1)) < 0:
-                raise MemoryError()
-            if big:
-                with nogil:
-                    _spread_offsets(<int32_t *>offs.data, src_off, rows, m, n)
-            else:
-                _spread_offsets(<int32_t *>offs.data, src_off, rows, m, n)
-            offs.len = 4 * (n + 1)
-            if pa.types.is_list(t):
-                values = [_take_buf(&offs, 4 * (n + 1))]
-                children = [dense.values]
-            else:
-                values = [_take_buf(&offs, 4 * (n + 1)),
-                          bufs[2] if bufs[2] is not None else _pa_py_buffer(b"")]
-                children = None
-        else:
-            try:
-                w = t.bit_width
-            except ValueError:
-                return None
-            if w % 8 or w == 0 or pa.types.is_nested(t) or pa.types.is_dictionary(t) \
-                    or len(bufs) != 2:
-                return None
-            w //= 8
-            src = <const unsigned char *><size_t>bufs[1].address
+            _buf_spent(&c.data, nb)
+        elif c.layout == LAYOUT_FIXED:
+            w = c.fixed_width
             if buf_reserve_exact(&data, n * w) < 0:
                 raise MemoryError()
             if big:
                 with nogil:
-                    _spread_fixed(data.data, src, rows, m, n, w)
+                    _spread_fixed(data.data, c.data.data, rows, m, n, w)
             else:
-                _spread_fixed(data.data, src, rows, m, n, w)
+                _spread_fixed(data.data, c.data.data, rows, m, n, w)
             data.len = n * w
             values = [_take_buf(&data, n * w)]
-            children = None
+            _buf_spent(&c.data, m * w)
+        else:
+            if buf_reserve_exact(&offs, 4 * (n + 1)) < 0:
+                raise MemoryError()
+            if big:
+                with nogil:
+                    _spread_offsets(<int32_t *>offs.data, <const int32_t *>c.offsets.data, rows, m, n)
+            else:
+                _spread_offsets(<int32_t *>offs.data, <const int32_t *>c.offsets.data, rows, m, n)
+            offs.len = 4 * (n + 1)
+            values = [_take_buf(&offs, 4 * (n + 1))]
+            _buf_spent(&c.offsets, 4 * (m + 1))
+            if c.layout == LAYOUT_VARLEN:
+                values.append(_take_buf(&c.data, c.data.len))
+            else:
+                children = [col_export(c.child, t.value_type)]
         nulls = n - count
         vbuf = _take_buf(&valid, (n + 7) >> 3) if nulls else None
         return _pa_from_buffers(t, n, [vbuf] + values, nulls, children=children)
     finally:
         buf_free(&valid); buf_free(&data); buf_free(&offs)
+        if c.nulls:
+            _buf_spent(&c.validity, nb)
+        else:
+            buf_free(&c.validity)
+        buf_free(&c.data)
+        buf_free(&c.offsets)
+        buf_free(&c.toast)
+        if c.layout == LAYOUT_LIST and c.child != NULL and c.child.length:
+            col_truncate(c.child, 0)
+        c.length = 0
+        c.nulls = 0
+        c.any_toast = False
+        c.any_binary = False
 
 
 cdef bint _rows_ascending(const int32_t *rows, Py_ssize_t m, Py_ssize_t n) noexcept nogil:
@@ -729,18 +772,12 @@ cdef bint _rows_ascending(const int32_t *rows, Py_ssize_t m, Py_ssize_t n) noexc
     return True
 
 
-cdef object _spread_struct(object dense, const int32_t *rows, Py_ssize_t m, Py_ssize_t n,
-                           tuple types):
-    """_before: the dense struct of old images spread over n rows (None: not handled).
-    types: its fields' types (the objects the relation's builders keep)."""
+cdef object _spread_struct(object t, list children, const int32_t *rows, Py_ssize_t m,
+                           Py_ssize_t n):
+    """_before: the struct of type t over n rows of the spread children (_spread_column),
+    valid at the m rows with an old image."""
     cdef Buf valid
     cdef Py_ssize_t count = 0
-    children = []
-    for child, t in zip(dense.flatten(), types):
-        spread = _spread(child, rows, m, n, t)
-        if spread is None:
-            return None
-        children.append(spread)
     cdef int rc
     memset(&valid, 0, sizeof(Buf))
     try:
@@ -754,7 +791,7 @@ cdef object _spread_struct(object dense, const int32_t *rows, Py_ssize_t m, Py_s
         vbuf = _take_buf(&valid, (n + 7) >> 3) if n - m else None
     finally:
         buf_free(&valid)
-    return _pa_from_buffers(dense.type, n, [vbuf], n - m, children=children)
+    return _pa_from_buffers(t, n, [vbuf], n - m, children=children)
 
 
 cdef int _spread_kind_bufs(Buf *valid, Buf *offs, const int32_t *rows, Py_ssize_t m,
