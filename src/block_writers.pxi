@@ -367,10 +367,10 @@ cdef Py_ssize_t ev_mixed(EvStore *e, const EvRel *evr, const int32_t *grp, Ctx *
     time. ev_block's blocks are runs of one relation and one
     shape, and a stream of small transactions of a few tables and an insert / update /
     delete mix cut them to one or two rows each, each paying the block's set-up. The
-    room of the rows' metadata is the caller's (window_events reserves it once for all
-    the transactions it writes: a stream of one-change transactions paid the reserves
-    of a dozen columns a row). Returns the first row not written (the row-wise scan takes it from there, as after
-    ev_block); -1: out of memory."""
+    room of the rows' metadata is the caller's (window_events reserves it for many
+    transactions at once: reserved here, a dozen buffers' reserves were paid per
+    transaction). Returns the first row not written (the row-wise scan takes it from
+    there, as after ev_block); -1: out of memory."""
     cdef Py_ssize_t rows = j - i, done = 0, base, r, pos, end
     cdef const unsigned char *p
     cdef const EvRel *v
