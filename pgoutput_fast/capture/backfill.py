@@ -171,7 +171,7 @@ def run_backfill(cfg: BackfillConfig, stop_event: threading.Event | None = None)
     from .dsn import connect_error
     from .runner import _check_names
     from .snapshot import _WorkerConnections, _copy, _reset_directory, create_slot_exported
-    from .store import new_capture_id, open_directory, write_checkpoint
+    from .store import checkpoint_or_fail, new_capture_id, open_directory
     from .stream import ConnectFailed, ReplicationStream, choose_options
 
     stop_event = stop_event or threading.Event()
@@ -212,12 +212,7 @@ def run_backfill(cfg: BackfillConfig, stop_event: threading.Event | None = None)
             state.publications = list(pubs)
             state.options = options.as_dict()
             state.snapshot = creating
-            try:
-                write_checkpoint(out, state, cfg.file_mode)
-            except OSError as exc:
-                raise DurabilityError(f"writing the checkpoint of {out} failed: "
-                                      f"{exc.strerror or exc}; nothing was created on the "
-                                      "server") from None
+            checkpoint_or_fail(out, state, cfg.file_mode, "nothing was created on the server")
             workers = _WorkerConnections(
                 cfg.dsn, max(1, int(getattr(cfg, "snapshot_workers", 1) or 1)))
             try:
@@ -232,11 +227,7 @@ def run_backfill(cfg: BackfillConfig, stop_event: threading.Event | None = None)
                                   "snapshot_name": snapshot_name,
                                   "started": round(time.time(), 3)}
                 state.acked_lsn = point
-                try:
-                    write_checkpoint(out, state, cfg.file_mode)
-                except OSError as exc:
-                    raise DurabilityError(f"writing the checkpoint of {out} failed: "
-                                          f"{exc.strerror or exc}; nothing was confirmed") from None
+                checkpoint_or_fail(out, state, cfg.file_mode, "nothing was confirmed")
                 done = _copy(cfg, stream, state, point, snapshot_name, options, progress,
                              stop_event, result, workers, only_tables=tables)
             finally:

@@ -12,10 +12,10 @@ import threading
 import time
 
 from ..lsn import format_lsn
-from .errors import CaptureError, DirectoryRefused, DurabilityError, ServerRefused
+from .errors import CaptureError, DirectoryRefused, ServerRefused
 from .state import CaptureState
-from .store import (STREAM_COMPRESSION, new_capture_id, open_directory, plan_recovery,
-                    upgrade_legacy, write_checkpoint)
+from .store import (STREAM_COMPRESSION, checkpoint_or_fail, new_capture_id, open_directory,
+                    plan_recovery, upgrade_legacy)
 from .stream import (ConnectFailed, ConnectionLost, ReplicationStream, SlotBusy, choose_options,
                      publication_list)
 from .snapshot import initial_snapshot, snapshot_mode, snapshot_needed
@@ -453,12 +453,8 @@ def _session(cfg, stream, options, state, confirmed, stop_event, progress, resul
     # the identity and options, durable before anything is received (a new directory
     # gets its first checkpoint here: from now on it belongs to this slot, and a slot
     # this run created is no longer removed when a later step fails)
-    try:
-        write_checkpoint(out, state, cfg.file_mode)
-    except OSError as exc:
-        raise DurabilityError(f"writing the checkpoint of {out} failed: "
-                              f"{exc.strerror or exc}; nothing past the last checkpoint was "
-                              "confirmed") from None
+    checkpoint_or_fail(out, state, cfg.file_mode,
+                       "nothing past the last checkpoint was confirmed")
     stream.session_started = True
     stream.start(cfg.slot, options, 0)
     stream.send_status()

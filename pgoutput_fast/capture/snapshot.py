@@ -713,7 +713,7 @@ def initial_snapshot(cfg, stream, rec, pubs, options, progress, stop_event, resu
 
 def _create_and_copy(cfg, stream, state, out, options, progress, stop_event, result, created,
                      workers):
-    from .store import write_checkpoint
+    from .store import checkpoint_or_fail
 
     try:
         state = _reset_directory(out, state, cfg.file_mode, progress)
@@ -730,11 +730,7 @@ def _create_and_copy(cfg, stream, state, out, options, progress, stop_event, res
         state.snapshot = {"state": "copying", "slot": cfg.slot, "consistent_point": point,
                           "snapshot_name": snapshot_name, "started": round(time.time(), 3)}
         state.acked_lsn = point
-        try:
-            write_checkpoint(out, state, cfg.file_mode)
-        except OSError as exc:
-            raise DurabilityError(f"writing the checkpoint of {out} failed: "
-                                  f"{exc.strerror or exc}; nothing was confirmed") from None
+        checkpoint_or_fail(out, state, cfg.file_mode, "nothing was confirmed")
         done = _copy(cfg, stream, state, point, snapshot_name, options, progress, stop_event,
                      result, workers)
         ok = done is not None

@@ -202,6 +202,17 @@ def write_checkpoint(directory, state: CaptureState, mode: int = DEFAULT_FILE_MO
     fsync_dir(directory)
 
 
+
+def checkpoint_or_fail(directory, state: CaptureState, mode: int, undone: str):
+    """write_checkpoint; its failure is the DurabilityError that says which checkpoint
+    and what was therefore not done (undone: "nothing was confirmed", ...)."""
+    try:
+        write_checkpoint(directory, state, mode)
+    except OSError as exc:
+        raise DurabilityError(f"writing the checkpoint of {directory} failed: "
+                              f"{exc.strerror or exc}; {undone}") from None
+
+
 # ======================================================================================
 # the manifest
 # ======================================================================================
