@@ -911,6 +911,17 @@ cdef class NativeBuffer:
         pass
 
 
+cdef inline void buf_note_handover(Buf *b, Py_ssize_t exact) noexcept nogil:
+    """The size hints of a Buf whose `exact` bytes are handed over at export: the next
+    growth of the Buf starts from them (the hint shrinks only when batches got much
+    smaller)."""
+    b.last = exact
+    if exact > b.hint:
+        b.hint = exact
+    elif exact < b.hint >> 2:
+        b.hint = exact
+
+
 cdef object _take_buf(Buf *b, Py_ssize_t exact):
     """Hand a Buf's memory to Arrow (zero copy) and leave the Buf empty."""
     cdef NativeBuffer nb = NativeBuffer.__new__(NativeBuffer)
@@ -937,11 +948,7 @@ cdef object _take_buf(Buf *b, Py_ssize_t exact):
         if p != NULL:
             b.data = p
             b.cap = cap
-    b.last = exact
-    if exact > b.hint:
-        b.hint = exact
-    elif exact < b.hint >> 2:
-        b.hint = exact                 # shrink the hint only when batches got much smaller
+    buf_note_handover(b, exact)
     nb.ptr = b.data
     nb.size = exact
     nb.cap = b.cap

@@ -651,12 +651,8 @@ cdef int _bits_extend(Buf *b, Py_ssize_t nbytes) noexcept nogil:
 
 cdef inline void _buf_spent(Buf *b, Py_ssize_t exact) noexcept nogil:
     """buf_free of a Buf whose bytes were copied out at export, with the size hints
-    _take_buf leaves (the next growth of the Buf starts from them)."""
-    b.last = exact
-    if exact > b.hint:
-        b.hint = exact
-    elif exact < b.hint >> 2:
-        b.hint = exact
+    _take_buf leaves."""
+    buf_note_handover(b, exact)
     buf_free(b)
 
 

@@ -23,8 +23,7 @@ import pytest
 
 from pgoutput_fast import sqlcapture
 from pgoutput_fast.decoder import Decoder
-from pgoutput_fast.local_server import find_bindir
-from tests.support.pg_publish import drop_published
+from tests.support.pg_publish import fresh_schema
 
 SCHEMA = "pgo_bimg"
 SLOT = "pgo_bimg_slot"
@@ -56,14 +55,7 @@ def _row_sql(k):
 
 @pytest.fixture(scope="module")
 def captured(request):
-    if find_bindir(required=False) is None:
-        pytest.skip("no PostgreSQL server binaries (apt-get install -y postgresql, or set PGOUTPUT_FAST_PG_BIN)")
-    pg = request.getfixturevalue("pg_server")
-    conn = pg.connect()
-    cap = pg.connect()
-    cur = conn.cursor()
-    try:
-        drop_published(cur, SCHEMA, SLOT, PUB)
+    with fresh_schema(request, SCHEMA, SLOT, PUB) as (cur, cap):
         cur.execute(f"CREATE SCHEMA {SCHEMA}")
         cur.execute(f"CREATE TABLE {FULL} (id int PRIMARY KEY, b bool, i int4, t text, ta text[], "
                     "n numeric(10,2), u uuid, by bytea, f float8, ts timestamptz, iv interval)")
@@ -98,12 +90,6 @@ def captured(request):
                                                      binary=binary)
                     for binary in (False, True)}
         yield captures, truth
-    finally:
-        try:
-            drop_published(cur, SCHEMA, SLOT, PUB)
-        finally:
-            conn.close()
-            cap.close()
 
 
 def _same(col, decoded, pg):

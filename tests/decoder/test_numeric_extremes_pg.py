@@ -16,8 +16,7 @@ import pytest
 
 import pgoutput_fast
 from pgoutput_fast import sqlcapture
-from pgoutput_fast.local_server import find_bindir
-from tests.support.pg_publish import drop_published, publish
+from tests.support.pg_publish import fresh_schema, publish
 
 SCHEMA = "pgo_numx"
 SLOT = "pgo_numx_slot"
@@ -41,14 +40,7 @@ VALUES = {  # id -> SQL expression of the value
 
 @pytest.fixture(scope="module")
 def captured(request):
-    if find_bindir(required=False) is None:
-        pytest.skip("no PostgreSQL server binaries (apt-get install -y postgresql, or set PGOUTPUT_FAST_PG_BIN)")
-    pg = request.getfixturevalue("pg_server")
-    conn = pg.connect()
-    cap = pg.connect()
-    cur = conn.cursor()
-    try:
-        drop_published(cur, SCHEMA, SLOT, PUB)
+    with fresh_schema(request, SCHEMA, SLOT, PUB) as (cur, cap):
         cur.execute(f"CREATE SCHEMA {SCHEMA}")
         cur.execute(f"CREATE TABLE {TABLE} (id int PRIMARY KEY, n int, v numeric)")
         publish(cur, TABLE, SLOT, PUB)
@@ -63,12 +55,6 @@ def captured(request):
         ccur.execute(f"SELECT id, v::text FROM {TABLE} ORDER BY id")
         truth = dict(ccur.fetchall())
         yield captures, truth
-    finally:
-        try:
-            drop_published(cur, SCHEMA, SLOT, PUB)
-        finally:
-            conn.close()
-            cap.close()
 
 
 def _decode(rows, **kw):

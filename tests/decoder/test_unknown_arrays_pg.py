@@ -22,8 +22,7 @@ import pytest
 
 import pgoutput_fast
 from pgoutput_fast import sqlcapture
-from pgoutput_fast.local_server import find_bindir
-from tests.support.pg_publish import drop_published, publish
+from tests.support.pg_publish import fresh_schema, publish
 from pgoutput_fast.spark.apply import events_batch_to_typed
 
 SCHEMA = "pgo_uarr"
@@ -90,14 +89,7 @@ def _pg_truth(cur):
 
 @pytest.fixture(scope="module")
 def captured(request):
-    if find_bindir(required=False) is None:
-        pytest.skip("no PostgreSQL server binaries (apt-get install -y postgresql, or set PGOUTPUT_FAST_PG_BIN)")
-    pg = request.getfixturevalue("pg_server")
-    conn = pg.connect()
-    cap = pg.connect()
-    cur = conn.cursor()
-    try:
-        drop_published(cur, SCHEMA, SLOT, PUB)
+    with fresh_schema(request, SCHEMA, SLOT, PUB) as (cur, cap):
         cur.execute(f"CREATE SCHEMA {SCHEMA}")
         cur.execute(f"CREATE TYPE {SCHEMA}.mood AS ENUM ({', '.join(['%s'] * len(LABELS))})", LABELS)
         cur.execute(f"CREATE TYPE {SCHEMA}.comp AS (a int, b text)")
@@ -116,12 +108,6 @@ def captured(request):
                     for binary in (False, True)}
         truth = _pg_truth(cap.cursor())
         yield captures, truth
-    finally:
-        try:
-            drop_published(cur, SCHEMA, SLOT, PUB)
-        finally:
-            conn.close()
-            cap.close()
 
 
 def _decode(rows, **kw):

@@ -1,5 +1,11 @@
 """A schema of its own, published to a pgoutput slot, on a test's PostgreSQL server."""
 
+import contextlib
+
+import pytest
+
+from pgoutput_fast.local_server import find_bindir
+
 
 def drop_published(cur, schema, slot, pub):
     """Drop the slot, the publication and the schema (CASCADE) if they are there: what an
@@ -16,3 +22,26 @@ def publish(cur, table, slot, pub):
     cur.execute(f"ALTER TABLE {table} REPLICA IDENTITY FULL")
     cur.execute(f"CREATE PUBLICATION {pub} FOR TABLE {table}")
     cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+
+
+@contextlib.contextmanager
+def fresh_schema(request, schema, slot, pub):
+    """A module fixture's PostgreSQL session: skips without server binaries; yields
+    (cur, cap), a cursor on one connection (the schema is dropped with any earlier run's
+    slot and publication first) and a second connection for the capture; drops them all
+    again and closes both connections at the end."""
+    if find_bindir(required=False) is None:
+        pytest.skip("no PostgreSQL server binaries (apt-get install -y postgresql, or set PGOUTPUT_FAST_PG_BIN)")
+    pg = request.getfixturevalue("pg_server")
+    conn = pg.connect()
+    cap = pg.connect()
+    cur = conn.cursor()
+    try:
+        drop_published(cur, schema, slot, pub)
+        yield cur, cap
+    finally:
+        try:
+            drop_published(cur, schema, slot, pub)
+        finally:
+            conn.close()
+            cap.close()
